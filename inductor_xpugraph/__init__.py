@@ -1,0 +1,50 @@
+"""Graph trees for ``torch.compile(mode="reduce-overhead")`` on Intel GPUs (and cuda, and a CPU emulator).
+
+Importing this package registers, for device "xpu", an Inductor Python wrapper codegen whose
+generated modules capture their compiled code into device graphs and replay it. Graphs are
+used exactly where a CUDA user expects them: when Inductor's own switch is on
+(``mode="reduce-overhead"`` or ``torch._inductor.config.triton.cudagraphs = True``).
+
+Public API:
+- ``enable(device)`` / ``disable(device)`` for "xpu", "cuda", "cpu" (the CPU emulator: for
+  tests and demos, never faster); ``INDUCTOR_XPUGRAPH_DEVICES=xpu,cuda`` does the same at
+  import (default: "xpu"; an empty value enables nothing).
+- ``stats()``: counters (warmups, records, replays, rerecords, fallbacks, skips and their
+  reasons, pool bytes). ``reset()``: drop every graph and pool, zero the counters.
+- ``config``: a torch ConfigModule, part of Inductor's cache key.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import config
+from ._version import __version__
+from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
+from .trees import reset
+from .trees import snapshot as stats
+
+_DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
+
+
+def _enable_from_environment() -> None:
+    requested = os.environ.get(_DEVICES_ENV, "xpu")
+    for device in filter(None, (d.strip() for d in requested.split(","))):
+        if device not in SUPPORTED_DEVICES:
+            raise ValueError(
+                f"{_DEVICES_ENV}={requested!r}: {device!r} is not one of {SUPPORTED_DEVICES}"
+            )
+        enable(device)
+
+
+_enable_from_environment()
+
+__all__ = [
+    "__version__",
+    "config",
+    "disable",
+    "enable",
+    "enabled_devices",
+    "reset",
+    "stats",
+]

@@ -1,0 +1,140 @@
+"""Decide, while Inductor generates a wrapper, what may be captured and what may not.
+
+Inductor itself checks most of its CUDA-graph skip rules *after* codegen (and on xpu it
+only ever answers "multiple devices"). We need the answer *during* codegen, so that the
+source says what will happen. This module replays those rules on ``V.graph`` and produces
+a ``GraphPlan``: one ``GraphTarget`` per callable to wrap (``call``, or each
+``partition_N`` when Inductor split the graph), each either graphed or skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.virtualized import V
+
+_ACCEPTED_INPUT_TYPES = (torch.Tensor, torch.SymInt, int, torch.Generator)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphTarget:
+    name: str  # "call" or "partition_N"
+    static_inputs: tuple[int, ...]  # positions not copied on replay
+    copied_inputs: tuple[int, ...]  # tensor positions copied into static buffers
+    mutated_inputs: tuple[int, ...]  # positions the graph writes to (all static)
+    skip_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphPlan:
+    device: str  # "xpu:0"
+    phase: str  # "inference" | "forward" | "backward"
+    targets: tuple[GraphTarget, ...]
+    skip_reason: str | None  # a reason for the whole graph, or None
+
+    @property
+    def graphed(self) -> tuple[GraphTarget, ...]:
+        return tuple(t for t in self.targets if t.skip_reason is None)
+
+
+def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
+    """The plan for the graph being generated; ``partition_names`` as the wrapper has them."""
+    graph = V.graph
+    device_index = next(iter(graph.device_idxs), 0) if graph.device_idxs else 0
+    device = f"{device_type}:{device_index}"
+    phase = _phase()
+    static = static_input_indices()
+    # With graph partitions on, Inductor moves every device kernel that can be captured
+    # into partition_N functions (CPU ops, unsafe ops, unbacked sizes stay in `call`):
+    # those are what we capture. The CPU has no partitions: its whole `call` is captured.
+    partitioned = inductor_config.graph_partition and device_type != "cpu"
+
+    reason = _whole_graph_skip_reason(device_type, partitioned)
+    if reason is None and partitioned and not partition_names:
+        reason = "no device kernels to capture (no graph partitions)"
+    if reason is not None:
+        return GraphPlan(device, phase, (), reason)
+
+    is_tensor = [isinstance(x, torch.Tensor) for x in graph.example_inputs]
+    if not partitioned:
+        target = _target("call", is_tensor, graph.mutated_input_idxs, static)
+        return GraphPlan(device, phase, (target,), None)
+
+    targets = []
+    for name, partition_map in zip(partition_names, graph.partition_maps):
+        # Partition inputs that are not graph inputs come from un-graphed code between
+        # partitions: they are copied. Graph inputs keep their static/mutated status.
+        mapping = partition_map.input_index_mapping
+        partition_is_tensor = [True if g is None else is_tensor[g] for g in mapping]
+        partition_static = [i for i, g in enumerate(mapping) if g is not None and g in static]
+        partition_mutated = [
+            i for i, g in enumerate(mapping) if g is not None and g in graph.mutated_input_idxs
+        ]
+        targets.append(_target(name, partition_is_tensor, partition_mutated, partition_static))
+    return GraphPlan(device, phase, tuple(targets), None)
+
+
+def static_input_indices() -> tuple[int, ...]:
+    """Inputs at fixed addresses, as Inductor's own cudagraphs would get them."""
+    graph = V.graph
+    if graph.is_backward:
+        # Saved activations and parameters: everything but the incoming gradients.
+        from torch._inductor.utils import count_tangents
+
+        return tuple(range(count_tangents(graph.module)))
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and context.fw_metadata is not None:
+        return tuple(context.fw_metadata.static_input_indices)
+    return ()
+
+
+def _phase() -> str:
+    if V.graph.is_inference:
+        return "inference"
+    return "backward" if V.graph.is_backward else "forward"
+
+
+def _whole_graph_skip_reason(device_type: str, partitioned: bool) -> str | None:
+    graph = V.graph
+    if graph.disable_cudagraphs_reason:
+        return graph.disable_cudagraphs_reason
+    devices = set(graph.device_types) - {"meta"}
+    if partitioned:
+        devices.discard("cpu")  # CPU ops run between the captured partitions
+    if devices != {device_type}:
+        return f"the graph uses devices {sorted(devices)}, not only {device_type}"
+    if len(graph.device_idxs) > 1:
+        return f"the graph uses several {device_type} devices {sorted(graph.device_idxs)}"
+    bad_inputs = [
+        i for i, x in enumerate(graph.example_inputs) if not isinstance(x, _ACCEPTED_INPUT_TYPES)
+    ]
+    if bad_inputs:
+        return f"inputs {bad_inputs} are neither tensors nor sizes"
+    if not partitioned:
+        from torch._inductor.utils import get_first_incompatible_cudagraph_node
+
+        node = get_first_incompatible_cudagraph_node(graph.module)
+        if node is not None:
+            return f"op {node.target} cannot be captured (node {node.name})"
+    return None
+
+
+def _target(
+    name: str, is_tensor: Sequence[bool], mutated: Sequence[int], static: Sequence[int]
+) -> GraphTarget:
+    static_set = set(static)
+    tensors = [i for i, tensor in enumerate(is_tensor) if tensor]
+    static_inputs = tuple(i for i in tensors if i in static_set)
+    copied_inputs = tuple(i for i in tensors if i not in static_set)
+    mutated_inputs = tuple(sorted(mutated))
+    unsafe = [i for i in mutated_inputs if i not in static_set]
+    reason = None
+    if unsafe:
+        reason = (
+            f"{name} mutates input(s) {unsafe}, which are not static (parameters or "
+            f"buffers): a replay would write to a copy"
+        )
+    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs, reason)

@@ -1,0 +1,80 @@
+"""The Python wrapper codegen that emits graph-tree capture and replay calls.
+
+``GraphTreeWrapperCodegen`` is Inductor's ``PythonWrapperCodegen`` plus one step at the end
+of the module: when Inductor's graph switch is on (``mode="reduce-overhead"``, i.e.
+``torch._inductor.config.triton.cudagraphs``), it renders a template that wraps ``call`` —
+or each ``partition_N`` when Inductor partitioned the graph — with
+``inductor_xpugraph.trees.graphify(...)``, with the device, static/mutated inputs and phase
+baked in; or, when the graph cannot be captured, a comment and a ``record_skip`` call saying
+why. Everything else in the module is stock Inductor output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+from torch._inductor.utils import IndentedBuffer
+from torch._inductor.virtualized import V
+
+from .. import config
+from .eligibility import GraphPlan, plan_graphs
+from .render import render
+
+# What Inductor's own cudagraphs see for a graph we own (it is pickled with the compiled
+# graph, so cache hits are protected too): they must never capture the same code again.
+OWNED_REASON = "graphs are captured by inductor_xpugraph in the generated wrapper"
+
+
+class GraphTreeWrapperCodegen(PythonWrapperCodegen):
+    @staticmethod
+    def create(
+        is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, *args: Any, **kwargs: Any
+    ) -> PythonWrapperCodegen:
+        if is_subgraph:  # subgraphs (control flow bodies) are part of their parent's graph
+            return PythonWrapperCodegen.create(
+                is_subgraph, subgraph_name, parent_wrapper, *args, **kwargs
+            )
+        return GraphTreeWrapperCodegen()
+
+    def generate_after_suffix(self, result: IndentedBuffer) -> None:
+        if not inductor_config.triton.cudagraphs:
+            return super().generate_after_suffix(result)
+        device_type = graph_device_type()
+        plan = plan_graphs(device_type, list(getattr(self, "all_partition_names", ())))
+        V.graph.disable_cudagraphs_reason = (
+            OWNED_REASON if plan.skip_reason is None else f"{plan.skip_reason} ({OWNED_REASON})"
+        )
+        context = dict(
+            plan=plan,
+            device=plan.device,
+            device_type=device_type,
+            phase=plan.phase,
+            emulated=getattr(V.graph.device_ops, "emulated_graphs", False),
+            warmup_runs=config.warmup_runs,
+            module_label=_module_label(),
+        )
+        if plan.skip_reason is not None:
+            super().generate_after_suffix(result)
+            result.splice(render("not_captured.py.j2", reason=plan.skip_reason, **context))
+        elif plan.targets[0].name == "call":
+            super().generate_after_suffix(result)
+            result.splice(render("graphify_call.py.j2", **context))
+        else:
+            result.splice(render("graphify_partitions.py.j2", **context))
+
+
+def graph_device_type() -> str:
+    device_ops = V.graph.device_ops
+    return getattr(device_ops, "graph_device_type", None) or V.graph.device_type
+
+
+def _module_label() -> str:
+    """The AOT graph name (e.g. ``0_inference``), already printed in the module header."""
+    context = torch._guards.TracingContext.try_get()
+    name = getattr(context, "aot_graph_name", None) if context is not None else None
+    if not name:
+        return "graph"
+    return "_".join(map(str, name)) if isinstance(name, (list, tuple)) else str(name)

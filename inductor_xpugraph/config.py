@@ -1,0 +1,42 @@
+"""Settings of inductor_xpugraph (a torch ConfigModule).
+
+Every value can be set in code (``inductor_xpugraph.config.warmup_runs = 2``), patched
+(``with inductor_xpugraph.config.patch(warmup_runs=2): ...``) or given from the environment
+with the variable named next to it. The whole module is registered as Inductor's per-device
+codegen config, so it is part of the FX graph cache key: changing a value never returns a
+wrapper that was generated under another value.
+"""
+
+import os
+import sys
+
+from torch.utils._config_module import Config, install_config_module
+
+
+def _env_int(name: str, default: int) -> int:
+    # torch's Config reads only bool/str variables from the environment; ints are read here.
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+
+
+# Eager runs of a callable before it is captured. The first call autotunes and lazily
+# initialises kernels and library handles; none of that may happen inside a capture.
+warmup_runs: int = _env_int("INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
+
+# How many times one callable is re-captured because a static input (a parameter or buffer)
+# moved to a new address, before it falls back to running un-graphed for good.
+rerecord_limit: int = _env_int("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
+
+# One recording is kept per distinct set of integer (symbolic size) inputs. Past this many
+# a warning is logged once; with ``skip_dynamic_graphs`` further sizes run un-graphed instead.
+dynamic_shape_warn_limit: int = _env_int("INDUCTOR_XPUGRAPH_DYNAMIC_SHAPE_WARN_LIMIT", 8)
+skip_dynamic_graphs: bool = Config(
+    default=False, env_name_force="INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS"
+)
+
+install_config_module(sys.modules[__name__])

@@ -1,0 +1,67 @@
+"""The one interface the graph-tree runtime needs from a device.
+
+A backend owns a device's capture stream and knows how to make a memory pool, capture a
+callable into a graph that allocates from that pool, and replay it. Everything else (when to
+warm up, record, replay; which inputs to copy; how outputs are handed out) is device-agnostic
+and lives in ``inductor_xpugraph.trees``. Backends are small on purpose: ``xpu`` and ``cuda``
+are the same code over two device modules, ``cpu`` is an emulator for tests and demos.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Protocol, Sequence
+
+
+class Graph(Protocol):
+    def replay(self) -> None: ...
+
+
+class GraphBackend(abc.ABC):
+    """A device that can capture and replay graphs."""
+
+    #: ``torch.device`` type string: "xpu", "cuda" or "cpu".
+    device_type: str
+    #: True only for the CPU emulator: replays re-run host code, nothing gets faster.
+    emulated: bool = False
+
+    def __init__(self, device_index: int) -> None:
+        self.device_index = device_index
+
+    @property
+    def device(self) -> str:
+        return f"{self.device_type}:{self.device_index}"
+
+    @abc.abstractmethod
+    def new_pool(self) -> Any:
+        """A private memory pool shared by every graph this backend captures."""
+
+    @abc.abstractmethod
+    def capture(
+        self,
+        fn: Callable[[list[Any]], Any],
+        args: list[Any],
+        pool: Any,
+        mutated_inputs: Sequence[int] = (),
+    ) -> tuple[Graph, Any]:
+        """Capture ``fn(args)`` into a new graph whose allocations come from ``pool``.
+
+        ``mutated_inputs`` are the positions of ``args`` that ``fn`` writes to; a capture
+        must leave them as they were (a real capture executes nothing).
+
+        Returns the graph and what ``fn`` returned during capture. On real devices the
+        capture does not execute kernels: the returned tensors hold graph memory whose
+        contents are only valid after ``graph.replay()``.
+        """
+
+    @abc.abstractmethod
+    def is_capturing(self) -> bool:
+        """True while the current stream is being captured (by us or by anyone else)."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Wait for all work queued on the device."""
+
+    def pool_bytes(self, pool: Any) -> int | None:
+        """Bytes currently reserved by ``pool``, or None when the device cannot tell."""
+        return None

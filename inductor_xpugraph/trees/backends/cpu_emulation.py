@@ -1,0 +1,143 @@
+"""CPU *emulation* backend, for tests and demos only: it makes nothing faster.
+
+There are no CPU graphs. This backend imitates what a device graph does to memory so that
+the whole runtime, and real Inductor-generated CPU code, can be exercised on a machine
+without an accelerator:
+
+- capture runs the callable once while the generated module's ``empty_strided_cpu`` is
+  routed to a recorder, so every buffer it allocates belongs to the graph ("the pool");
+- replay runs the callable again with the same static arguments while ``empty_strided_cpu``
+  hands back those same buffers in the same order: kernels write into the memory captured,
+  exactly as a real replay does. A different allocation sequence is an error.
+- a result that did not come from ``empty_strided_cpu`` (an ATen op allocating its own
+  output) is copied into the tensor recorded at capture, which is where a real graph, whose
+  every allocation comes from its pool, would have written it.
+
+What it cannot show: replay re-executes host code (a real graph does not), capture legality
+(syncs, host reads), allocator pool sharing between graphs, performance.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .base import GraphBackend
+
+_ALLOCATOR_NAME = "empty_strided_cpu"
+
+
+class EmulatedGraph:
+    """A recorded callable that re-runs into the buffers it allocated at capture."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> None:
+        self._fn = fn
+        self._args = list(args)  # the callable clears the list it is given
+        self._module_globals = _module_globals_of(fn)
+        self.buffers: list[torch.Tensor] = []
+        self._buffer_specs: list[tuple[Any, ...]] = []
+        self._outputs: Any = None
+
+    def capture(self) -> Any:
+        real_alloc = self._module_globals[_ALLOCATOR_NAME]
+
+        def record(size, stride, dtype):
+            buffer = real_alloc(size, stride, dtype)
+            self.buffers.append(buffer)
+            self._buffer_specs.append((tuple(size), tuple(stride), dtype))
+            return buffer
+
+        self._outputs = self._run_with_allocator(record)
+        return self._outputs
+
+    def replay(self) -> None:
+        next_buffer = iter(zip(self.buffers, self._buffer_specs))
+
+        def reuse(size, stride, dtype):
+            try:
+                buffer, spec = next(next_buffer)
+            except StopIteration:
+                raise RuntimeError(
+                    "emulated graph replay allocated more buffers than its capture"
+                ) from None
+            if spec != (tuple(size), tuple(stride), dtype):
+                raise RuntimeError(
+                    f"emulated graph replay allocated {(size, stride, dtype)} where the "
+                    f"capture allocated {spec}"
+                )
+            return buffer
+
+        outputs = self._run_with_allocator(reuse)
+        for replayed, captured in zip(_flat(outputs), _flat(self._outputs)):
+            if isinstance(captured, torch.Tensor) and replayed is not captured:
+                if replayed.data_ptr() != captured.data_ptr():
+                    captured.copy_(replayed)
+
+    def _run_with_allocator(self, alloc: Callable[..., torch.Tensor]) -> Any:
+        globals_ = self._module_globals
+        with _REBIND_LOCK:
+            real_alloc = globals_[_ALLOCATOR_NAME]
+            globals_[_ALLOCATOR_NAME] = alloc
+            try:
+                return self._fn(list(self._args))
+            finally:
+                globals_[_ALLOCATOR_NAME] = real_alloc
+
+
+class CpuEmulationBackend(GraphBackend):
+    device_type = "cpu"
+    emulated = True
+
+    def __init__(self, device_index: int) -> None:
+        super().__init__(device_index)
+        self._capturing = threading.local()
+
+    def new_pool(self) -> Any:
+        return object()  # buffers are owned by each EmulatedGraph
+
+    def capture(
+        self,
+        fn: Callable[[list[Any]], Any],
+        args: list[Any],
+        pool: Any,
+        mutated_inputs: Sequence[int] = (),
+    ) -> tuple[EmulatedGraph, Any]:
+        graph = EmulatedGraph(fn, args)
+        # The emulated capture really runs the callable; a real one executes nothing, so
+        # the inputs it writes to are put back afterwards.
+        saved = [(args[i], args[i].clone()) for i in mutated_inputs]
+        self._capturing.active = True
+        try:
+            outputs = graph.capture()
+        finally:
+            self._capturing.active = False
+            for tensor, before in saved:
+                tensor.copy_(before)
+        return graph, outputs
+
+    def is_capturing(self) -> bool:
+        return getattr(self._capturing, "active", False)
+
+    def synchronize(self) -> None:
+        pass
+
+
+# Rebinding a module global is process-wide: one emulated run at a time.
+_REBIND_LOCK = threading.RLock()
+
+
+def _module_globals_of(fn: Callable[..., Any]) -> dict[str, Any]:
+    code_owner = getattr(fn, "__func__", fn)  # bound methods (Runner.call) and functions
+    module_globals = getattr(code_owner, "__globals__", None)
+    if module_globals is None or _ALLOCATOR_NAME not in module_globals:
+        raise TypeError(
+            f"the cpu emulation backend can only capture Inductor-generated CPU code "
+            f"(a function whose module defines {_ALLOCATOR_NAME}); got {fn!r}"
+        )
+    return module_globals
+
+
+def _flat(outputs: Any) -> list[Any]:
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]

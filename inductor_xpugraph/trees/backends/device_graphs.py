@@ -1,0 +1,76 @@
+"""Backend for accelerators with a stream-capture graph API (``torch.xpu``, ``torch.cuda``).
+
+Both device modules expose the same shape of API: a graph class with
+``capture_begin(pool=...)``/``capture_end()``/``replay()``, ``graph_pool_handle()``, streams,
+``is_current_stream_capturing()``. The xpu and cuda backends are this class with their device
+module plugged in; the tree runtime never sees which one it talks to.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .base import GraphBackend
+
+
+class DeviceGraphBackend(GraphBackend):
+    #: ``torch.xpu`` or ``torch.cuda``.
+    device_module: ModuleType
+    #: Extra keyword arguments of ``capture_begin`` (cuda: ``capture_error_mode``).
+    capture_begin_kwargs: dict[str, Any] = {}
+
+    def new_graph(self) -> Any:
+        raise NotImplementedError
+
+    def __init__(self, device_index: int) -> None:
+        super().__init__(device_index)
+        module = self.device_module
+        if not module.is_available():
+            raise RuntimeError(
+                f"inductor_xpugraph: this code was compiled for {self.device}, but "
+                f"torch.{self.device_type}.is_available() is False in this process"
+            )
+        if device_index >= module.device_count():
+            raise RuntimeError(
+                f"inductor_xpugraph: this code was compiled for {self.device}, but this "
+                f"process sees {module.device_count()} {self.device_type} device(s)"
+            )
+        # Captures run on a dedicated stream, as upstream's trees do: the user's current
+        # stream is never put into capture mode.
+        self.capture_stream = module.Stream(device=device_index)
+
+    def new_pool(self) -> Any:
+        return self.device_module.graph_pool_handle()
+
+    def capture(
+        self,
+        fn: Callable[[list[Any]], Any],
+        args: list[Any],
+        pool: Any,
+        mutated_inputs: Sequence[int] = (),
+    ) -> tuple[Any, Any]:
+        module = self.device_module
+        graph = self.new_graph()
+        # Work queued before the capture (warmup runs, input copies) must be complete and
+        # visible to the capture stream.
+        module.synchronize(self.device_index)
+        caller_stream = module.current_stream(self.device_index)
+        self.capture_stream.wait_stream(caller_stream)
+        with module.device(self.device_index), module.stream(self.capture_stream):
+            graph.capture_begin(pool=pool, **self.capture_begin_kwargs)
+            try:
+                outputs = fn(args)
+            finally:
+                graph.capture_end()
+        caller_stream.wait_stream(self.capture_stream)
+        return graph, outputs
+
+    def is_capturing(self) -> bool:
+        return self.device_module.is_current_stream_capturing()
+
+    def synchronize(self) -> None:
+        self.device_module.synchronize(self.device_index)
+

@@ -1,0 +1,162 @@
+"""End to end: torch.compile(mode="reduce-overhead") through our wrapper and runtime.
+
+Runs on "cpu" (the emulator) everywhere and on "cuda" on the GPU machine (``-m gpu``).
+"""
+
+import pytest
+import torch
+from torch._inductor.utils import run_and_get_code
+
+import inductor_xpugraph
+
+
+def mlp_fn(x, w):
+    return (x @ w).relu() + 1
+
+
+def small_mlp(device):
+    torch.manual_seed(0)
+    return (
+        torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+        .to(device)
+        .eval()
+    )
+
+
+def test_compiled_function_matches_eager_and_replays(device):
+    compiled = torch.compile(mlp_fn, mode="reduce-overhead")
+    w = torch.randn(16, 16, device=device)
+    for _ in range(6):
+        x = torch.randn(4, 16, device=device)
+        torch.testing.assert_close(compiled(x, w), mlp_fn(x, w))
+    stats = inductor_xpugraph.stats()
+    assert (stats["warmups"], stats["records"], stats["replays"]) == (1, 1, 4)
+
+
+def test_compiled_module_matches_eager_and_replays(device):
+    model = small_mlp(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(4, 16, device=device)
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["warmups"] == 1 and stats["records"] == 1 and stats["replays"] >= 3
+
+
+def test_parameters_are_static_inputs_and_not_copied(device):
+    model = small_mlp(device)
+    with torch.no_grad():
+        _, (source,) = run_and_get_code(
+            torch.compile(model, mode="reduce-overhead"), torch.randn(4, 16, device=device)
+        )
+    # Inputs are (weight0, bias0, x, weight1, bias1): the 4 parameters are static, only x
+    # is copied on replay.
+    assert "static_inputs=(0, 1, 3, 4)" in source
+    assert "copied input 2;" in source
+    assert f"device='{device}:0'" in source
+
+
+def test_generated_source_imports_runtime_and_wraps_call(device):
+    _, (source,) = run_and_get_code(
+        torch.compile(mlp_fn, mode="reduce-overhead"),
+        torch.randn(4, 16, device=device),
+        torch.randn(16, 16, device=device),
+    )
+    assert "import inductor_xpugraph.trees as _graph_trees" in source
+    assert "_graph_trees.graphify(" in source
+    assert "# -- graph tree (inductor_xpugraph)" in source
+
+
+def test_replayed_outputs_are_new_tensors_over_the_same_memory(device):
+    compiled = torch.compile(mlp_fn, mode="reduce-overhead")
+    w = torch.randn(16, 16, device=device)
+    outs = [compiled(torch.randn(4, 16, device=device), w) for _ in range(4)]
+    replayed = outs[2:]
+    assert replayed[0] is not replayed[1]
+    assert replayed[0].data_ptr() == replayed[1].data_ptr()
+    assert not replayed[0]._is_view()
+
+
+def test_replaced_parameter_triggers_rerecord(device):
+    model = small_mlp(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        model[0].weight = torch.nn.Parameter(torch.randn_like(model[0].weight))
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["rerecords"] == 1
+    assert stats["replays"] >= 2
+
+
+def test_falls_back_after_rerecord_limit(device):
+    model = small_mlp(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(rerecord_limit=2), torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        for _ in range(4):  # a new weight every call: re-record, re-record, fall back
+            model[0].weight = torch.nn.Parameter(torch.randn_like(model[0].weight))
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["rerecords"] == 2
+    assert stats["fallbacks"] == 1
+
+
+def test_mutated_user_input_is_not_captured_and_the_reason_is_counted(device):
+    def add_into(x, y):
+        x.add_(y)
+        return x.sum()
+
+    compiled = torch.compile(add_into, mode="reduce-overhead")
+    x, y = torch.zeros(8, device=device), torch.ones(8, device=device)
+    for _ in range(3):
+        compiled(x, y)
+    torch.testing.assert_close(x, torch.full_like(x, 3.0))
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 0
+    assert stats["skips"] >= 1
+    assert any("mutates input" in reason for reason in stats["skip_reasons"])
+
+
+def test_graphs_only_with_reduce_overhead(device):
+    _, (source,) = run_and_get_code(
+        torch.compile(mlp_fn), torch.randn(4, 16, device=device), torch.randn(16, 16, device=device)
+    )
+    assert "_graph_trees" not in source
+
+
+def test_disable_restores_the_stock_wrapper(device):
+    inductor_xpugraph.disable(device)
+    torch._dynamo.reset()
+    _, (source,) = run_and_get_code(
+        torch.compile(mlp_fn, mode="reduce-overhead"),
+        torch.randn(4, 16, device=device),
+        torch.randn(16, 16, device=device),
+    )
+    assert "_graph_trees" not in source
+    inductor_xpugraph.enable(device)
+
+
+def test_new_size_gets_its_own_recording(device):
+    compiled = torch.compile(mlp_fn, mode="reduce-overhead", dynamic=True)
+    w = torch.randn(16, 16, device=device)
+    for rows in (3, 5, 3, 5, 3, 5):
+        x = torch.randn(rows, 16, device=device)
+        torch.testing.assert_close(compiled(x, w), mlp_fn(x, w))
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2
+    assert stats["replays"] == 2
+
+
+def test_expanded_input_is_copied_without_overlap(device):
+    compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
+    for i in range(4):
+        x = torch.full((1, 8), float(i), device=device).expand(4, 8)
+        torch.testing.assert_close(compiled(x), x * 2 + 1)
+    assert inductor_xpugraph.stats()["replays"] == 2

@@ -149,9 +149,7 @@ class GraphedCallable:
         args.clear()
 
         manager = self.manager
-        graph, captured_outputs = manager.backend.capture(
-            self.fn, capture_args, manager.pool, self.mutated_inputs
-        )
+        graph, captured_outputs = manager.backend.capture(self.fn, capture_args, manager.pool)
         recording = Recording(
             graph,
             static_input_ptrs=[(i, recording_args[i].data_ptr()) for i in static],

@@ -10,7 +10,7 @@ are the same code over two device modules, ``cpu`` is an emulator for tests and 
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol
 
 
 class Graph(Protocol):
@@ -42,12 +42,8 @@ class GraphBackend(abc.ABC):
         fn: Callable[[list[Any]], Any],
         args: list[Any],
         pool: Any,
-        mutated_inputs: Sequence[int] = (),
     ) -> tuple[Graph, Any]:
         """Capture ``fn(args)`` into a new graph whose allocations come from ``pool``.
-
-        ``mutated_inputs`` are the positions of ``args`` that ``fn`` writes to; a capture
-        must leave them as they were (a real capture executes nothing).
 
         Returns the graph and what ``fn`` returned during capture. On real devices the
         capture does not execute kernels: the returned tensors hold graph memory whose

@@ -20,7 +20,7 @@ What it cannot show: replay re-executes host code (a real graph does not), captu
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -102,19 +102,20 @@ class CpuEmulationBackend(GraphBackend):
         fn: Callable[[list[Any]], Any],
         args: list[Any],
         pool: Any,
-        mutated_inputs: Sequence[int] = (),
     ) -> tuple[EmulatedGraph, Any]:
         graph = EmulatedGraph(fn, args)
-        # The emulated capture really runs the callable; a real one executes nothing, so
-        # the inputs it writes to are put back afterwards.
-        saved = [(args[i], args[i].clone()) for i in mutated_inputs]
+        # The emulated capture really runs the callable, a real one executes nothing: every
+        # input it may write to (mutated parameters, buffers Inductor reuses in place, such
+        # as donated saved activations) is put back afterwards.
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in args if isinstance(t, torch.Tensor)}
+        saved = [(storage, storage.clone()) for storage in storages.values()]
         self._capturing.active = True
         try:
             outputs = graph.capture()
         finally:
             self._capturing.active = False
-            for tensor, before in saved:
-                tensor.copy_(before)
+            for storage, before in saved:
+                storage.copy_(before)
         return graph, outputs
 
     def is_capturing(self) -> bool:

@@ -9,7 +9,7 @@ module plugged in; the tree runtime never sees which one it talks to.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -50,7 +50,6 @@ class DeviceGraphBackend(GraphBackend):
         fn: Callable[[list[Any]], Any],
         args: list[Any],
         pool: Any,
-        mutated_inputs: Sequence[int] = (),
     ) -> tuple[Any, Any]:
         module = self.device_module
         graph = self.new_graph()

@@ -22,17 +22,45 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["pyrepr"] = repr
-    env.filters["pytuple"] = lambda values: repr(tuple(values))
+    env.filters["pytuple"] = _python_tuple
     env.filters["input_list"] = _input_list
     env.filters["comment"] = lambda text: str(text).replace("\n", "\n# ")
     return env
 
 
+def _runs(indices: Any) -> list[tuple[int, int]]:
+    """Sorted indices as (first, last) runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _python_tuple(indices: Any) -> str:
+    """A tuple literal; runs of 3+ consecutive indices as ``*range(a, b)`` to stay short."""
+    parts = []
+    for first, last in _runs(indices):
+        if last - first >= 2:
+            parts.append(f"*range({first}, {last + 1})")
+        else:
+            parts.extend(str(i) for i in range(first, last + 1))
+    if len(parts) == 1:
+        return f"({parts[0]},)"
+    return "(" + ", ".join(parts) + ")"
+
+
 def _input_list(indices: Any) -> str:
-    indices = list(indices)
-    if not indices:
+    runs = _runs(indices)
+    if not runs:
         return "none"
-    return ("input " if len(indices) == 1 else "inputs ") + ", ".join(map(str, indices))
+    count = sum(last - first + 1 for first, last in runs)
+    text = ", ".join(
+        str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in runs
+    )
+    return ("input " if count == 1 else "inputs ") + text
 
 
 def render(template: str, **context: Any) -> str:

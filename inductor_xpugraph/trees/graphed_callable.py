@@ -62,32 +62,39 @@ class GraphedCallable:
         """Forget every recording (their graph memory is released) and start over."""
         self.recordings: dict[tuple[int, ...], Recording] = {}
         self._calls_before_record: dict[tuple[int, ...], int] = {}
-        self._size_inputs: tuple[int, ...] | None = None  # positions of int inputs
+        self._size_inputs: tuple[int, ...] | None = None  # positions of int inputs, or None
+        # before the first call
         self.rerecords = 0
         self.fallen_back = False
 
     def __call__(self, args: list[Any]) -> Any:
-        if self.fallen_back:
-            return self.fn(args)
+        # The replay fast path: one dict lookup, address checks, replay.
         size_inputs = self._size_inputs
-        if size_inputs is None:
-            size_inputs = self._size_inputs = tuple(
-                i for i, arg in enumerate(args) if isinstance(arg, int)
-            )
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         recording = self.recordings.get(key)
-        if recording is not None and not self._is_capturing():
-            if recording.static_inputs_match(args):
-                stats.counters["replays"] += 1
-                return recording.replay(args)
-            return self._rerecord(key, args)
-        return self._warmup_or_record(key, args)
+        if (
+            recording is not None
+            and recording.static_inputs_match(args)
+            and not self._is_capturing()
+        ):
+            stats.counters["replays"] += 1
+            return recording.replay(args)
+        return self._slow_path(key, args)
 
     # -- slow paths ---------------------------------------------------------------------------
 
+    def _slow_path(self, key: tuple[int, ...], args: list[Any]) -> Any:
+        if self.fallen_back or self._is_capturing():
+            # Un-graphed for good, or someone else is capturing: run inside their capture.
+            return self.fn(args)
+        if self._size_inputs is None:  # first call: find the size (int) inputs once
+            self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
+            key = tuple([args[i] for i in self._size_inputs])
+        if key in self.recordings:  # recorded, but a static input moved
+            return self._rerecord(key, args)
+        return self._warmup_or_record(key, args)
+
     def _warmup_or_record(self, key: tuple[int, ...], args: list[Any]) -> Any:
-        if self._is_capturing():
-            return self.fn(args)  # someone else is capturing: run inside their capture
         calls = self._calls_before_record.get(key, 0)
         if calls == 0 and key and not self._accept_new_size(key):
             return self.fn(args)

@@ -1,0 +1,51 @@
+"""Behaviour only a real device shows: Inductor's own trees stay out, captures never nest,
+graph partitions around CPU work each replay. Marked ``gpu``; skipped without cuda."""
+
+import pytest
+import torch
+import torch._inductor.cudagraph_trees as upstream_trees
+
+import inductor_xpugraph
+
+pytestmark = pytest.mark.gpu
+
+
+def test_inductor_creates_no_tree_of_its_own(cuda_device):
+    compiled = torch.compile(lambda x: x.sin() + 1, mode="reduce-overhead")
+    x = torch.randn(64, device="cuda")
+    for _ in range(4):
+        torch.testing.assert_close(compiled(x), x.sin() + 1)
+    assert inductor_xpugraph.stats()["replays"] == 2
+    containers = getattr(upstream_trees.local, "tree_manager_containers", {})
+    assert all(c.tree_manager is None for c in containers.values())
+
+
+def test_call_inside_a_user_capture_runs_plain_code_inside_it(cuda_device):
+    compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
+    static_x = torch.randn(32, device="cuda")
+    for _ in range(3):
+        compiled(static_x)  # warmup, record, replay
+    replays = inductor_xpugraph.stats()["replays"]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = compiled(static_x)
+    assert inductor_xpugraph.stats()["replays"] == replays  # not replayed during capture
+    static_x.copy_(torch.arange(32.0, device="cuda"))
+    graph.replay()
+    torch.testing.assert_close(out, static_x * 2 + 1)
+
+
+def test_partitions_around_cpu_work_each_replay(cuda_device):
+    def f(x):
+        y = (x * 2).relu()
+        z = (y.cpu() + 1).to("cuda")  # a device copy: Inductor partitions around it
+        return (z * 3).sum(), y
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(128, device="cuda")
+        for got, expected in zip(compiled(x), f(x)):
+            torch.testing.assert_close(got, expected)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2  # one per partition
+    assert stats["replays"] == 4

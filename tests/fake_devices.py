@@ -1,0 +1,235 @@
+"""Generate the real Inductor wrapper source for "xpu" and "cuda" on a CPU-only machine.
+
+Inductor writes the Python wrapper module of a compiled graph without touching the device:
+lowering, scheduling and kernel codegen only need device *descriptions*. So, on the CPU build of
+torch, we compile an FX graph of fake "xpu"/"cuda" tensors (``FakeTensorMode``) with
+``compile_fx`` after a handful of targeted patches of private torch APIs:
+
+1. a fake ``DeviceInterface`` for the device (available, one device, H100-like properties,
+   Triton-capable), registered with ``register_interface_for_device``;
+2. ``torch._inductor.scheduler.has_triton`` -> True (Triton itself is not installed: codegen
+   only writes Triton source, it never imports ``triton``);
+3. cuda only: ``torch.cuda.get_device_properties/get_device_capability/current_device/
+   device_count``, which Inductor calls directly rather than through the interface;
+4. ``torch.utils._triton.triton_hash_with_backend`` -> a fixed hash (PyTorch's own
+   test_triton_extension_backend.py mocks the same function);
+5. ``torch._inductor.fx_passes.joint_graph.lazy_init`` -> no-op (it traces pattern-matcher
+   replacements on the fake device, which needs real kernels).
+
+The generated module is never imported or executed (it imports ``triton``): the
+``GraphLowering.save_output_code`` hook (what ``torch._inductor.utils.run_and_get_code`` uses)
+keeps the source and raises a sentinel that stops the compilation right there.
+
+The patches are process-wide and irreversible, so every generation runs in a fresh subprocess:
+``generate_wrapper_source`` runs this file as a script. ``PRIVATE_TORCH_APIS`` lists what is
+patched, for the canary test that fails loudly when a torch upgrade moves one of them.
+Only inference graphs can be generated this way: fake accelerator tensors with
+``requires_grad`` abort the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch._dynamo import device_interface
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Every private torch API (and config entry) this harness patches or relies on.
+PRIVATE_TORCH_APIS = (
+    "torch._dynamo.device_interface.DeviceInterface",
+    "torch._dynamo.device_interface.get_interface_for_device",
+    "torch._dynamo.device_interface.register_interface_for_device",
+    "torch._inductor.scheduler.has_triton",
+    "torch.utils._triton.triton_hash_with_backend",
+    "torch._inductor.fx_passes.joint_graph.lazy_init",
+    "torch._inductor.graph.GraphLowering.save_output_code",
+    "torch._inductor.exc.InductorError",
+    "torch._inductor.compile_fx.compile_fx",
+    "torch._inductor.config.force_disable_caches",
+    "torch._inductor.config.graph_partition",
+    "torch._inductor.config.triton.cudagraphs",
+)
+
+# torch.cuda functions replaced on "cuda" (Inductor calls them directly).
+PATCHED_CUDA_FUNCTIONS = (
+    "get_device_properties",
+    "get_device_capability",
+    "current_device",
+    "device_count",
+)
+
+
+def generate_wrapper_source(
+    device: str, *, partition: bool, extension_devices: tuple[str, ...]
+) -> str:
+    """Return the Python wrapper source Inductor generates for a small graph on `device`.
+
+    `device` is "xpu" or "cuda". ``triton.cudagraphs`` is on (what ``mode="reduce-overhead"``
+    does). `partition=True` compiles a graph with a CPU matmul in the middle, with
+    ``graph_partition`` on (the default): ``def partition_0``, ``def partition_1`` and
+    ``Runner(partitions=[partition_0, partition_1])``. `partition=False` compiles
+    ``(x @ w).relu() + 1`` with ``graph_partition`` off, which gives a plain ``def call(args)``
+    (with cudagraphs and ``graph_partition`` on, even a graph without CPU ops becomes
+    ``partition_0`` inside a ``Runner``). ``inductor_xpugraph.enable(d)`` is called for each d in
+    `extension_devices`; an empty tuple gives stock Inductor. Runs in a fresh subprocess.
+    """
+    with tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp:
+        output = Path(tmp) / "wrapper.py"
+        command = [sys.executable, __file__, device, "--output", str(output)]
+        if partition:
+            command.append("--partition")
+        command += [arg for d in extension_devices for arg in ("--extension", d)]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+            ),
+            # force_disable_caches still writes kernels to a fresh dir under the cache dir.
+            "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor-cache"),
+        }
+        result = subprocess.run(command, env=env, capture_output=True, text=True)
+        if result.returncode != 0 or not output.exists():
+            raise RuntimeError(
+                f"wrapper generation failed (exit code {result.returncode}): "
+                f"{' '.join(command)}\n--- stdout ---\n{result.stdout}"
+                f"\n--- stderr ---\n{result.stderr}"
+            )
+        return output.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything below runs in the subprocess (the canary test also reads the fake's member names).
+
+
+class FakeDeviceProperties:
+    """H100-like; these fields end up in the ``DeviceProperties(...)`` of every Triton kernel."""
+
+    major = 9
+    multi_processor_count = 132  # xpu reads it too, before its own gpu_subslice_count
+    max_threads_per_multi_processor = 2048
+    regs_per_multiprocessor = 65536
+    warp_size = 32
+    # CacheBase.get_system reads this on "cuda": the CPU build has no torch.version.cuda, so it
+    # takes the ROCm branch.
+    gcnArchName = "fake"
+
+
+def _fake_properties(device=None) -> FakeDeviceProperties:
+    return FakeDeviceProperties()
+
+
+class FakeDeviceInterface(device_interface.DeviceInterface):
+    """One available, Triton-capable device, index 0, that is never touched."""
+
+    class Worker:
+        current_device = staticmethod(lambda: 0)
+        # DeviceInterface.get_device_properties delegates here.
+        get_device_properties = staticmethod(_fake_properties)
+
+    is_available = staticmethod(lambda: True)
+    device_count = staticmethod(lambda: 1)
+    current_device = staticmethod(lambda: 0)
+    get_compute_capability = staticmethod(lambda device=None: 90)
+    is_triton_capable = staticmethod(lambda device=None: True)
+    raise_if_triton_unavailable = staticmethod(lambda device=None: None)
+
+
+def _install_fake_device(device: str) -> None:
+    """Make Inductor believe that `device` is present (patches 1 and 3)."""
+    # The first lookup registers the defaults, which would overwrite ours: trigger it first.
+    device_interface.get_interface_for_device("cpu")
+    device_interface.register_interface_for_device(device, FakeDeviceInterface)
+    if device == "cuda":
+        torch.cuda.get_device_properties = _fake_properties
+        torch.cuda.get_device_capability = lambda device=None: (9, 0)
+        torch.cuda.current_device = lambda: 0
+        torch.cuda.device_count = lambda: 1
+
+
+def _install_codegen_patches() -> None:
+    """Let Inductor emit Triton kernels without Triton and without pattern-matcher tracing."""
+    import torch._inductor.fx_passes.joint_graph
+    import torch._inductor.scheduler
+    import torch.utils._triton
+
+    torch._inductor.scheduler.has_triton = lambda: True
+    torch.utils._triton.triton_hash_with_backend = lambda: "FAKE" * 16
+    torch._inductor.fx_passes.joint_graph.lazy_init = lambda *args, **kwargs: None
+
+
+class _SourceCaptured(Exception):
+    """Raised from the save_output_code hook to stop before the module is imported."""
+
+
+def _capture_wrapper_source(device: str, partition: bool) -> str:
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.exc import InductorError
+    from torch._inductor.graph import GraphLowering
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def matmul_relu_add(x, w):
+        return (x @ w).relu() + 1
+
+    def with_cpu_matmul(x, w):
+        # A CPU extern kernel, not a CPU pointwise op: that one would be a C++ kernel, compiled
+        # with the C++ compiler during codegen (~12 s).
+        y = (x @ w).relu()
+        on_cpu = y.cpu()
+        return (on_cpu @ on_cpu).to(y.device) + 1
+
+    sources = []
+
+    def save_output_code(code: str) -> None:
+        sources.append(code)
+        raise _SourceCaptured
+
+    GraphLowering.save_output_code = save_output_code
+    fn = with_cpu_matmul if partition else matmul_relu_add
+    with FakeTensorMode():
+        inputs = [torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)]
+        try:
+            compile_fx(make_fx(fn)(*inputs), inputs)
+        except InductorError as error:
+            if not isinstance(error.inner_exception, _SourceCaptured):
+                raise
+    if len(sources) != 1:
+        raise RuntimeError(f"expected one wrapper module, Inductor produced {len(sources)}")
+    return sources[0]
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("device", choices=["xpu", "cuda"])
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--partition", action="store_true")
+    parser.add_argument("--extension", action="append", default=[], metavar="DEVICE")
+    args = parser.parse_args()
+
+    _install_fake_device(args.device)
+    _install_codegen_patches()
+
+    import torch._inductor.config as inductor_config
+
+    inductor_config.force_disable_caches = True
+    inductor_config.triton.cudagraphs = True
+    inductor_config.graph_partition = args.partition
+
+    if args.extension:
+        import inductor_xpugraph
+
+        for device in args.extension:
+            inductor_xpugraph.enable(device)
+
+    args.output.write_text(_capture_wrapper_source(args.device, args.partition))
+
+
+if __name__ == "__main__":
+    _main()

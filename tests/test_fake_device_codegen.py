@@ -1,0 +1,259 @@
+"""Real xpu/cuda wrapper source, generated on the CPU with fake devices, graphs the right callables.
+
+Each source comes from a fresh subprocess (see ``fake_devices.py``) and is generated once per
+(device, partition, extension) combination: six generations in all. The generated code is never
+executed; its structure is checked with ``ast`` so that line breaks inside the emitted calls don't
+matter.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import re
+
+import pytest
+import torch
+from fake_devices import (
+    PATCHED_CUDA_FUNCTIONS,
+    PRIVATE_TORCH_APIS,
+    FakeDeviceInterface,
+    generate_wrapper_source,
+)
+from torch._dynamo.device_interface import DeviceInterface
+
+RUNTIME_IMPORT = "import inductor_xpugraph.trees as _graph_trees"
+
+
+@functools.cache
+def wrapper_source(device: str, *, partition: bool, extension: bool) -> str:
+    return generate_wrapper_source(
+        device, partition=partition, extension_devices=(device,) if extension else ()
+    )
+
+
+def module_statements(source: str) -> list[ast.stmt]:
+    return ast.parse(source).body
+
+
+def last_assignment(source: str, name: str) -> tuple[int, ast.expr]:
+    """(statement index, value) of the last module-level ``name = ...``."""
+    found = [
+        (index, statement.value)
+        for index, statement in enumerate(module_statements(source))
+        if isinstance(statement, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in statement.targets)
+    ]
+    assert found, f"the wrapper never assigns `{name}` at module level"
+    return found[-1]
+
+
+def definition_index(source: str, name: str) -> int:
+    """Index of the first module-level statement that defines `name` (def, class or assignment)."""
+    for index, statement in enumerate(module_statements(source)):
+        if isinstance(statement, (ast.FunctionDef, ast.ClassDef)) and statement.name == name:
+            return index
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in statement.targets
+        ):
+            return index
+    raise AssertionError(f"the wrapper never defines `{name}` at module level")
+
+
+def runtime_import_index(source: str) -> int:
+    for index, statement in enumerate(module_statements(source)):
+        if isinstance(statement, ast.Import) and any(
+            alias.name == "inductor_xpugraph.trees" and alias.asname == "_graph_trees"
+            for alias in statement.names
+        ):
+            return index
+    raise AssertionError(f"no module-level `{RUNTIME_IMPORT}` in the wrapper")
+
+
+def graphified(expression: ast.expr) -> tuple[str, str]:
+    """(wrapped name, device) of a ``_graph_trees.graphify(<name>, device=<str>, ...)`` call."""
+    source = ast.unparse(expression)
+    assert (
+        isinstance(expression, ast.Call)
+        and ast.unparse(expression.func) == "_graph_trees.graphify"
+        and expression.args
+        and isinstance(expression.args[0], ast.Name)
+    ), f"expected `_graph_trees.graphify(<callable>, ...)`, found `{source}`"
+    devices = [k.value for k in expression.keywords if k.arg == "device"]
+    assert len(devices) == 1 and isinstance(devices[0], ast.Constant), (
+        f"expected a literal device= keyword in `{source}`"
+    )
+    return expression.args[0].id, devices[0].value
+
+
+def runner_partitions(source: str) -> tuple[int, list[ast.expr]]:
+    """(statement index, elements) of the last ``runner = Runner(partitions=[...])``."""
+    index, value = last_assignment(source, "runner")
+    assert (
+        isinstance(value, ast.Call)
+        and ast.unparse(value.func) == "Runner"
+        and len(value.keywords) == 1
+        and value.keywords[0].arg == "partitions"
+        and isinstance(value.keywords[0].value, ast.List)
+    ), f"expected `runner = Runner(partitions=[...])`, found `{ast.unparse(value)}`"
+    return index, value.keywords[0].value.elts
+
+
+def partition_names(source: str) -> list[str]:
+    return [
+        statement.name
+        for statement in module_statements(source)
+        if isinstance(statement, ast.FunctionDef) and statement.name.startswith("partition_")
+    ]
+
+
+def test_stock_xpu_wrapper_is_xpu_code_without_graph_trees():
+    for partition in (False, True):
+        source = wrapper_source("xpu", partition=partition, extension=False)
+        assert "with torch.xpu._DeviceGuard(0):" in source
+        assert "empty_strided_xpu((8, 8), (8, 1), torch.float32)" in source
+        assert "_graph_trees" not in source
+
+
+def test_stock_xpu_wrapper_with_a_cpu_op_is_split_into_partitions():
+    source = wrapper_source("xpu", partition=True, extension=False)
+    _, partitions = runner_partitions(source)
+
+    assert partition_names(source) == ["partition_0", "partition_1"]
+    assert [ast.unparse(p) for p in partitions] == ["partition_0", "partition_1"]
+
+
+def test_stock_xpu_wrapper_without_partitions_defines_a_plain_call():
+    source = wrapper_source("xpu", partition=False, extension=False)
+    assert isinstance(module_statements(source)[definition_index(source, "call")], ast.FunctionDef)
+    assert not partition_names(source)
+
+
+@pytest.mark.parametrize("device", ["xpu", "cuda"])
+@pytest.mark.parametrize("partition", [False, True], ids=["call", "partitions"])
+def test_extension_wrapper_compiles_as_python(device, partition):
+    source = wrapper_source(device, partition=partition, extension=True)
+    compile(source, f"<{device} wrapper>", "exec")
+
+
+@pytest.mark.parametrize("device", ["xpu", "cuda"])
+@pytest.mark.parametrize("partition", [False, True], ids=["call", "partitions"])
+def test_extension_wrapper_imports_the_graph_tree_runtime(device, partition):
+    source = wrapper_source(device, partition=partition, extension=True)
+    assert RUNTIME_IMPORT in source.splitlines()
+
+
+@pytest.mark.parametrize("device", ["xpu", "cuda"])
+@pytest.mark.parametrize("partition", [False, True], ids=["call", "partitions"])
+def test_extension_wrapper_still_runs_its_kernels_on_the_device(device, partition):
+    source = wrapper_source(device, partition=partition, extension=True)
+    assert f"with torch.{device}._DeviceGuard(0):" in source
+    assert f"empty_strided_{device}((8, 8), (8, 1), torch.float32)" in source
+    assert re.search(r"triton_poi_\w+\.run\(.*, stream=raw_stream0\)", source)
+
+
+@pytest.mark.parametrize("device", ["xpu", "cuda"])
+def test_extension_wraps_call_in_graphify_without_partitions(device):
+    source = wrapper_source(device, partition=False, extension=True)
+    call_index, value = last_assignment(source, "call")
+
+    assert graphified(value) == ("call", f"{device}:0")
+    assert definition_index(source, "call") < call_index
+    assert runtime_import_index(source) < call_index
+    assert not partition_names(source)
+
+
+@pytest.mark.parametrize("device", ["xpu", "cuda"])
+def test_extension_wraps_each_partition_in_graphify_inside_a_new_runner(device):
+    source = wrapper_source(device, partition=True, extension=True)
+    runner_index, partitions = runner_partitions(source)
+    wrapped = [graphified(partition) for partition in partitions]
+
+    assert partition_names(source) == ["partition_0", "partition_1"]
+    assert wrapped == [("partition_0", f"{device}:0"), ("partition_1", f"{device}:0")]
+    assert runtime_import_index(source) < runner_index
+    assert definition_index(source, "Runner") < runner_index
+    for name in ("call", "recursively_apply_fns"):
+        index, value = last_assignment(source, name)
+        assert index > runner_index and ast.unparse(value) == f"runner.{name}", (
+            f"`{name}` must be rebound to the graphified runner, found `{ast.unparse(value)}`"
+        )
+
+
+@pytest.mark.parametrize("partition", [False, True], ids=["call", "partitions"])
+def test_extension_keeps_every_module_level_name_of_the_stock_wrapper(partition):
+    def module_level_names(source: str) -> set[str]:
+        names = set()
+        for statement in module_statements(source):
+            if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
+                names.add(statement.name)
+            elif isinstance(statement, ast.Assign):
+                names.update(t.id for t in statement.targets if isinstance(t, ast.Name))
+        return names
+
+    stock = module_level_names(wrapper_source("xpu", partition=partition, extension=False))
+    extended = module_level_names(wrapper_source("xpu", partition=partition, extension=True))
+
+    assert stock - extended == set()
+    if partition:
+        assert {"runner", "call", "recursively_apply_fns"} <= extended
+
+
+def _resolve(dotted: str) -> object:
+    """Import the longest importable module prefix of `dotted`, then getattr the rest."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attribute in parts[split:]:
+            target = getattr(target, attribute)
+        return target
+    raise ImportError(dotted)
+
+
+def test_private_torch_apis_used_by_fake_device_codegen_still_exist():
+    missing = []
+    for dotted in PRIVATE_TORCH_APIS:
+        try:
+            _resolve(dotted)
+        except (ImportError, AttributeError) as error:
+            missing.append(f"{dotted} ({error})")
+    missing += [
+        f"torch._dynamo.device_interface.DeviceInterface.{name}"
+        for name in vars(FakeDeviceInterface)
+        if not name.startswith("__") and not hasattr(DeviceInterface, name)
+    ]
+    missing += [
+        f"torch._dynamo.device_interface.DeviceInterface.Worker.{name}"
+        for name in vars(FakeDeviceInterface.Worker)
+        if not name.startswith("__") and not hasattr(DeviceInterface.Worker, name)
+    ]
+    missing += [
+        f"torch.cuda.{name}" for name in PATCHED_CUDA_FUNCTIONS if not hasattr(torch.cuda, name)
+    ]
+    assert not missing, (
+        "fake-device codegen (tests/fake_devices.py) relies on private torch APIs that are gone "
+        "in torch " + torch.__version__ + ":\n  " + "\n  ".join(missing)
+    )
+
+    def parameters(dotted: str) -> list[str]:
+        return list(inspect.signature(_resolve(dotted)).parameters)
+
+    assert parameters("torch._dynamo.device_interface.register_interface_for_device") == [
+        "device",
+        "device_interface",
+    ]
+    assert parameters("torch._inductor.scheduler.has_triton") == []
+    assert parameters("torch.utils._triton.triton_hash_with_backend") == []
+    assert parameters("torch._inductor.fx_passes.joint_graph.lazy_init")[:1] == ["input_device"]
+    assert parameters("torch._inductor.compile_fx.compile_fx")[:2] == [
+        "model_",
+        "example_inputs_",
+    ]
+    assert "inner_exception" in parameters("torch._inductor.exc.InductorError")
+    # A class attribute that Inductor calls with the source when set (None by default).
+    assert "save_output_code" in vars(_resolve("torch._inductor.graph.GraphLowering"))

@@ -113,7 +113,8 @@ def main():
             row["raw graph"] = per_call_us(raw_graph(fn, inputs), inputs, sync)
         rows.append(row)
     columns = ["eager", "inductor", "upstream reduce-overhead", "ours", "raw graph"]
-    print(f"device: {torch.cuda.get_device_name() if DEVICE == 'cuda' else DEVICE}, torch {torch.__version__}")
+    name = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
+    print(f"device: {name}, torch {torch.__version__}")
     print("| workload | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for row in rows:

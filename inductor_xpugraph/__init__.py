@@ -1,4 +1,4 @@
-"""Graph trees for ``torch.compile(mode="reduce-overhead")`` on Intel GPUs (and cuda, and a CPU emulator).
+"""Graph trees for ``torch.compile(mode="reduce-overhead")`` on Intel GPUs, cuda and a CPU emulator.
 
 Importing this package registers, for device "xpu", an Inductor Python wrapper codegen whose
 generated modules capture their compiled code into device graphs and replay it. Graphs are

@@ -24,8 +24,9 @@ def pick_device() -> str:
 
 
 def demo(args: argparse.Namespace) -> int:
-    import inductor_xpugraph
     from torch._inductor.utils import run_and_get_code
+
+    import inductor_xpugraph
 
     device = args.device or pick_device()
     inductor_xpugraph.enable(device)
@@ -36,9 +37,13 @@ def demo(args: argparse.Namespace) -> int:
             "expect no speed-up.\n"
         )
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        *[m for _ in range(args.layers) for m in (torch.nn.Linear(64, 64), torch.nn.GELU())]
-    ).to(device).eval()
+    model = (
+        torch.nn.Sequential(
+            *[m for _ in range(args.layers) for m in (torch.nn.Linear(64, 64), torch.nn.GELU())]
+        )
+        .to(device)
+        .eval()
+    )
     x = torch.randn(8, 64, device=device)
 
     with torch.no_grad():

@@ -3,7 +3,6 @@
 Runs on "cpu" (the emulator) everywhere and on "cuda" on the GPU machine (``-m gpu``).
 """
 
-import pytest
 import torch
 from torch._inductor.utils import run_and_get_code
 

@@ -10,7 +10,7 @@ a ``GraphPlan``: one ``GraphTarget`` per callable to wrap (``call``, or each
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch._inductor import config as inductor_config

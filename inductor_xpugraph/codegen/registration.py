@@ -100,8 +100,10 @@ def _load_stock_registrations() -> None:
     common.init_backend_registration()
     # Importing these modules registers the stock overrides; the lookup marks the lazy
     # initialisation done (2.13), so it never runs again over ours.
-    from torch._inductor.codegen import cpu_device_op_overrides  # noqa: F401
-    from torch._inductor.codegen import mps_device_op_overrides  # noqa: F401
+    from torch._inductor.codegen import (
+        cpu_device_op_overrides,  # noqa: F401
+        mps_device_op_overrides,  # noqa: F401
+    )
     from torch._inductor.codegen.cuda import device_op_overrides  # noqa: F401
     from torch._inductor.codegen.mtia import device_op_overrides as _mtia  # noqa: F401
     from torch._inductor.codegen.xpu import device_op_overrides as _xpu  # noqa: F401

@@ -20,7 +20,7 @@ from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
 
 from .. import config
-from .eligibility import GraphPlan, plan_graphs
+from .eligibility import plan_graphs
 from .render import render
 
 # What Inductor's own cudagraphs see for a graph we own (it is pickled with the compiled

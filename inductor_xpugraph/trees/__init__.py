@@ -11,7 +11,8 @@ Nothing here names a device: device specifics are in ``trees.backends``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import stats
 from .graphed_callable import GraphedCallable

@@ -24,7 +24,8 @@ callable: a capture is never nested inside another.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 

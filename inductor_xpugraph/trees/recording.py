@@ -15,7 +15,8 @@ like upstream's trees, the next replay overwrites their contents.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -43,7 +44,9 @@ class Recording:
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
         self._any_expanded = any(self._expanded)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
-        outputs = captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
+        outputs = (
+            captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
+        )
         self._output_factories = [_output_factory(out) for out in outputs]
         # Graph memory this recording keeps alive; static inputs' storages are not ours.
         static_ptrs = {ptr for _, ptr in self.static_input_ptrs}

@@ -10,7 +10,8 @@ are the same code over two device modules, ``cpu`` is an emulator for tests and 
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 
 class Graph(Protocol):

@@ -20,7 +20,8 @@ What it cannot show: replay re-executes host code (a real graph does not), captu
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -107,7 +108,11 @@ class CpuEmulationBackend(GraphBackend):
         # The emulated capture really runs the callable, a real one executes nothing: every
         # input it may write to (mutated parameters, buffers Inductor reuses in place, such
         # as donated saved activations) is put back afterwards.
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in args if isinstance(t, torch.Tensor)}
+        storages = {
+            t.untyped_storage().data_ptr(): t.untyped_storage()
+            for t in args
+            if isinstance(t, torch.Tensor)
+        }
         saved = [(storage, storage.clone()) for storage in storages.values()]
         self._capturing.active = True
         try:

@@ -8,10 +8,9 @@ module plugged in; the tree runtime never sees which one it talks to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
-
-import torch
+from typing import Any
 
 from .base import GraphBackend
 
@@ -72,4 +71,3 @@ class DeviceGraphBackend(GraphBackend):
 
     def synchronize(self) -> None:
         self.device_module.synchronize(self.device_index)
-

@@ -16,5 +16,5 @@ class XpuGraphBackend(DeviceGraphBackend):
     device_type = "xpu"
     device_module = torch.xpu
 
-    def new_graph(self) -> "torch.xpu.XPUGraph":
+    def new_graph(self) -> torch.xpu.XPUGraph:
         return torch.xpu.XPUGraph()

@@ -11,6 +11,8 @@ Public API:
   import (default: "xpu"; an empty value enables nothing).
 - ``stats()``: counters (warmups, records, replays, rerecords, fallbacks, skips and their
   reasons, pool bytes). ``reset()``: drop every graph and pool, zero the counters.
+- ``mark_step_begin()``: the next graphed call starts a new iteration (generation);
+  ``torch.compiler.cudagraph_mark_step_begin()`` does the same.
 - ``config``: a torch ConfigModule, part of Inductor's cache key.
 """
 
@@ -21,7 +23,7 @@ import os
 from . import config
 from ._version import __version__
 from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
-from .trees import reset
+from .trees import mark_step_begin, reset
 from .trees import snapshot as stats
 
 _DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
@@ -45,6 +47,7 @@ __all__ = [
     "disable",
     "enable",
     "enabled_devices",
+    "mark_step_begin",
     "reset",
     "stats",
 ]

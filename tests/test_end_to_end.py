@@ -3,20 +3,16 @@
 Runs on "cpu" (the emulator) everywhere and on "cuda" on the GPU machine (``-m gpu``).
 """
 
+import pytest
 import torch
 from torch._inductor.utils import run_and_get_code
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.manager import all_managers
+from inductor_xpugraph.trees.tree import all_trees
 
 
 def all_recordings():
-    return [
-        recording
-        for manager in all_managers()
-        for graphed in manager.callables
-        for recording in graphed.recordings.values()
-    ]
+    return [node.recording for tree in all_trees() for node in tree.nodes()]
 
 
 def mlp_fn(x, w):
@@ -75,14 +71,35 @@ def test_generated_source_imports_runtime_and_wraps_call(device):
     assert "# -- graph tree (inductor_xpugraph)" in source
 
 
-def test_replayed_outputs_are_new_tensors_over_the_same_memory(device):
+def test_replays_write_outputs_into_the_same_graph_memory(device):
     compiled = torch.compile(mlp_fn, mode="reduce-overhead")
     w = torch.randn(16, 16, device=device)
-    outs = [compiled(torch.randn(4, 16, device=device), w) for _ in range(4)]
-    replayed = outs[2:]
-    assert replayed[0] is not replayed[1]
-    assert replayed[0].data_ptr() == replayed[1].data_ptr()
-    assert not replayed[0]._is_view()
+    addresses = []
+    for _ in range(4):
+        out = compiled(torch.randn(4, 16, device=device), w)
+        addresses.append(out.data_ptr())
+        assert not out._is_view()
+    assert addresses[2] == addresses[3]  # the recording's output memory, replayed into
+
+
+def test_output_of_an_earlier_iteration_raises_when_read(device):
+    compiled = torch.compile(mlp_fn, mode="reduce-overhead")
+    w = torch.randn(16, 16, device=device)
+    for _ in range(3):
+        kept = compiled(torch.randn(4, 16, device=device), w)
+    compiled(torch.randn(4, 16, device=device), w)
+    with pytest.raises(RuntimeError, match="overwritten by a subsequent run"):
+        kept.sum()
+
+
+def test_cloned_output_survives_later_iterations(device):
+    compiled = torch.compile(mlp_fn, mode="reduce-overhead")
+    w = torch.randn(16, 16, device=device)
+    for _ in range(3):
+        x = torch.randn(4, 16, device=device)
+        kept = compiled(x, w).clone()
+    compiled(torch.randn(4, 16, device=device), w)
+    torch.testing.assert_close(kept, mlp_fn(x, w))
 
 
 def test_replaced_parameter_triggers_rerecord(device):

@@ -3,7 +3,7 @@
 Generated code uses two names from here, at module load:
 
 - ``graphify(fn, device=..., static_inputs=..., mutated_inputs=..., phase=...)`` returns the
-  callable that replaces ``call`` or ``partition_N`` (see ``graphed_callable``);
+  callable that replaces ``call`` or ``partition_N`` (see ``graphed_callable``, ``tree``);
 - ``record_skip(reason)`` counts a graph that stays un-graphed and logs why, once.
 
 Nothing here names a device: device specifics are in ``trees.backends``.
@@ -16,7 +16,7 @@ from typing import Any
 
 from . import stats
 from .graphed_callable import GraphedCallable
-from .manager import all_managers, manager_for
+from .tree import all_trees, tree_for
 
 PHASES = ("inference", "forward", "backward")
 
@@ -32,34 +32,38 @@ def graphify(
 ) -> GraphedCallable:
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
-    manager = manager_for(device)
-    graphed = GraphedCallable(
+    return GraphedCallable(
         fn,
-        manager,
+        tree_for(device),
         static_inputs=static_inputs,
         mutated_inputs=mutated_inputs,
         phase=phase,
         name=name or getattr(fn, "__qualname__", repr(fn)),
     )
-    manager.callables.add(graphed)
-    return graphed
 
 
 def record_skip(reason: str) -> None:
     stats.record_skip(reason)
 
 
+def mark_step_begin() -> None:
+    """Start a new generation at the next graphed call (same as upstream's marker)."""
+    from torch._inductor.cudagraph_trees import mark_step_begin as upstream_mark_step_begin
+
+    upstream_mark_step_begin()
+
+
 def reset() -> None:
     """Drop every recording and pool on every device, and zero the counters."""
-    for manager in all_managers():
-        manager.reset()
+    for tree in all_trees():
+        tree.reset()
     stats.clear()
 
 
 def snapshot() -> dict[str, object]:
     result = stats.snapshot()
-    result["pool_bytes"] = sum(manager.owned_bytes() for manager in all_managers())
+    result["pool_bytes"] = sum(tree.owned_bytes() for tree in all_trees())
     return result
 
 
-__all__ = ["GraphedCallable", "graphify", "record_skip", "reset", "snapshot"]
+__all__ = ["GraphedCallable", "graphify", "mark_step_begin", "record_skip", "reset", "snapshot"]

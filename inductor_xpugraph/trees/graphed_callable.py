@@ -1,49 +1,54 @@
-"""Warmup -> record -> replay for one compiled callable.
+"""Warmup -> record -> replay for one compiled callable, at its place in the device tree.
 
 The wrapper Inductor generates calls ``graphify(call, ...)`` (or ``graphify(partition_N, ...)``)
-once at load; the returned ``GraphedCallable`` replaces the callable. Each call goes through:
+once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
 
-1. **warmup** — the first ``config.warmup_runs`` calls for a given set of sizes run the plain
-   callable: Triton autotuning, lazy kernel loading and library handle creation happen here,
-   never inside a capture.
-2. **record** — the next call copies the non-static tensor inputs into static buffers,
-   captures the callable reading those buffers, replays the graph once to compute the
-   result, and keeps a ``Recording``.
-3. **replay** — every later call with the same sizes replays that recording, provided each
-   static input (parameter, buffer) still has the address seen at capture. When one moved,
-   the callable is re-recorded; past ``config.rerecord_limit`` re-records it falls back to
-   running un-graphed for good.
+1. checks whether a new generation starts (see ``tree``), then looks for a child of the tree's
+   current node recorded for this callable and these sizes;
+2. **replay** (the fast path): when there is one and every non-copied input (parameters,
+   buffers, outputs of earlier graphs on the path) still has the address it had at capture,
+   copy the other inputs into the node's static buffers and replay;
+3. **warmup**: the first ``config.warmup_runs`` calls for given sizes run the plain callable
+   (Triton autotuning, lazy kernel loading, library handles: never inside a capture);
+4. **record**: otherwise capture a new child node, replay it once to compute the result.
+   A node whose non-copied input moved is re-recorded (its subtree dropped); past
+   ``config.rerecord_limit`` re-records the callable runs un-graphed for good.
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
-ints), so a dynamic-shape graph gets one recording per distinct size; see
-``config.dynamic_shape_warn_limit`` and ``config.skip_dynamic_graphs``.
+ints): one recording per distinct size; see ``config.dynamic_shape_warn_limit`` and
+``config.skip_dynamic_graphs``. A callable that mutates an input is captured only when that
+input is static or an output of an earlier graph (a replay would otherwise write to a copy).
 Calls made while the current stream is already being captured (by anyone) run the plain
 callable: a capture is never nested inside another.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from torch._dynamo.mutation_guard import GenerationTracker
+from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
 from . import stats
 from .recording import Recording
-
-if TYPE_CHECKING:
-    from .manager import GraphManager
+from .tree import GraphNode, GraphTree
 
 log = logging.getLogger("inductor_xpugraph")
+
+_callable_ids = itertools.count()
 
 
 class GraphedCallable:
     def __init__(
         self,
         fn: Callable[[list[Any]], Any],
-        manager: GraphManager,
+        tree: GraphTree,
         *,
         static_inputs: Sequence[int],
         mutated_inputs: Sequence[int],
@@ -51,36 +56,50 @@ class GraphedCallable:
         name: str,
     ) -> None:
         self.fn = fn
-        self.manager = manager
+        self.tree = tree
+        self.id = next(_callable_ids)
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
         self.phase = phase
         self.name = name
-        self._is_capturing = manager.backend.is_capturing
+        self._is_capturing = tree.backend.is_capturing
+        self._after_run = {
+            "forward": _set_pending_backward,
+            "backward": _clear_pending_backward,
+        }.get(phase, _nothing)
         self.reset()
+        weakref.finalize(self, tree.forget_callable, self.id)
 
     def reset(self) -> None:
-        """Forget every recording (their graph memory is released) and start over."""
-        self.recordings: dict[tuple[int, ...], Recording] = {}
+        """Forget this callable's counters (its nodes live in the tree)."""
         self._calls_before_record: dict[tuple[int, ...], int] = {}
-        self._size_inputs: tuple[int, ...] | None = None  # positions of int inputs, or None
-        # before the first call
+        # Positions of int (size) inputs; None until the first call.
+        self._size_inputs: tuple[int, ...] | None = None
         self.rerecords = 0
         self.fallen_back = False
 
     def __call__(self, args: list[Any]) -> Any:
-        # The replay fast path: one dict lookup, address checks, replay.
+        tree = self.tree
+        if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
+            tree.maybe_start_generation()
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
-        recording = self.recordings.get(key)
+        node = tree.current.children.get((self.id, key))
         if (
-            recording is not None
-            and recording.static_inputs_match(args)
+            node is not None
+            and node.recording.static_inputs_match(args)
             and not self._is_capturing()
         ):
+            outputs = node.recording.replay(args)
+            tree.current = node
+            tree.handed_out.append((node, outputs))
+            self._after_run(tree)
             stats.counters["replays"] += 1
-            return recording.replay(args)
-        return self._slow_path(key, args)
+            return outputs
+        with tree.lock:
+            outputs = self._slow_path(key, args)
+        self._after_run(tree)
+        return outputs
 
     # -- slow paths ---------------------------------------------------------------------------
 
@@ -91,22 +110,19 @@ class GraphedCallable:
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
-        if key in self.recordings:  # recorded, but a static input moved
-            return self._rerecord(key, args)
-        return self._warmup_or_record(key, args)
-
-    def _warmup_or_record(self, key: tuple[int, ...], args: list[Any]) -> Any:
+        node = self.tree.current.children.get((self.id, key))
+        if node is not None:  # recorded here, but a non-copied input moved
+            return self._rerecord(node, key, args)
         calls = self._calls_before_record.get(key, 0)
-        if calls == 0 and key and not self._accept_new_size(key):
+        if calls == 0 and key and not self._accept_new_size():
             return self.fn(args)
         if calls < config.warmup_runs:
             self._calls_before_record[key] = calls + 1
             stats.counters["warmups"] += 1
             return self.fn(args)
-        stats.counters["records"] += 1
         return self._record(key, args)
 
-    def _accept_new_size(self, key: tuple[int, ...]) -> bool:
+    def _accept_new_size(self) -> bool:
         sizes_seen = len(self._calls_before_record)
         if sizes_seen < config.dynamic_shape_warn_limit:
             return True
@@ -126,16 +142,17 @@ class GraphedCallable:
             )
         return True
 
-    def _rerecord(self, key: tuple[int, ...], args: list[Any]) -> Any:
+    def _rerecord(self, node: GraphNode, key: tuple[int, ...], args: list[Any]) -> Any:
         self.rerecords += 1
-        del self.recordings[key]  # release its graph and memory before capturing again
+        self.tree.drop_node(node)  # release its graphs and memory before capturing again
         if self.rerecords > config.rerecord_limit:
             self.fallen_back = True
-            self.recordings.clear()
+            for stale in [n for n in self.tree.nodes() if n.callable_id == self.id]:
+                self.tree.drop_node(stale)
             stats.counters["fallbacks"] += 1
             log.warning(
-                "inductor_xpugraph: %s re-recorded %d times because static inputs "
-                "(parameters/buffers) keep changing address; running it un-graphed from "
+                "inductor_xpugraph: %s re-recorded %d times because its parameters, buffers "
+                "or graph-produced inputs keep changing address; running it un-graphed from "
                 "now on (limit: inductor_xpugraph.config.rerecord_limit=%d)",
                 self.name,
                 self.rerecords - 1,
@@ -146,31 +163,57 @@ class GraphedCallable:
         return self._record(key, args)
 
     def _record(self, key: tuple[int, ...], args: list[Any]) -> Any:
-        tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
-        copied = [i for i in tensor_inputs if i not in self.static_inputs]
-        static = [i for i in tensor_inputs if i in self.static_inputs]
+        tree = self.tree
+        managed = tree.managed_storage_ptrs()
+        static, copied = [], []
+        for i, arg in enumerate(args):
+            if isinstance(arg, torch.Tensor):
+                is_static = i in self.static_inputs or arg.untyped_storage().data_ptr() in managed
+                (static if is_static else copied).append(i)
+        unsafe = [i for i in self.mutated_inputs if i in copied]
+        if unsafe:
+            stats.record_skip(
+                f"{self.name} mutates input(s) {unsafe}, which are neither static (parameters, "
+                f"buffers) nor outputs of an earlier graph: this call runs un-graphed"
+            )
+            return self.fn(args)
+
+        stats.counters["records"] += 1
         buffers = [_empty_like_strided(args[i]) for i in copied]
         capture_args = list(args)
         for i, buffer in zip(copied, buffers):
             capture_args[i] = buffer
-        recording_args = list(args)
+        call_args = list(args)
         args.clear()
-
-        manager = self.manager
-        graph, captured_outputs = manager.backend.capture(self.fn, capture_args, manager.pool)
+        graph, captured_outputs = tree.backend.capture(self.fn, capture_args, tree.pool)
         recording = Recording(
             graph,
-            static_input_ptrs=[(i, recording_args[i].data_ptr()) for i in static],
+            static_inputs=[(i, call_args[i]) for i in static],
             copied_inputs=copied,
             input_buffers=buffers,
             captured_outputs=captured_outputs,
         )
         del captured_outputs, capture_args
-        self.recordings[key] = recording
+        node = tree.add_node(self.id, self.name, self.phase, key, recording)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
         # The capture computed nothing on a real device: this replay produces the result.
-        return recording.replay(recording_args)
+        outputs = recording.replay(call_args)
+        tree.current = node
+        tree.handed_out.append((node, outputs))
+        return outputs
 
 
 def _empty_like_strided(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+
+
+def _set_pending_backward(tree: GraphTree) -> None:
+    tree.pending_backward = True
+
+
+def _clear_pending_backward(tree: GraphTree) -> None:
+    tree.pending_backward = False
+
+
+def _nothing(tree: GraphTree) -> None:
+    pass

@@ -28,14 +28,15 @@ class Recording:
         self,
         graph: Graph,
         *,
-        static_input_ptrs: Sequence[tuple[int, int]],
+        static_inputs: Sequence[tuple[int, torch.Tensor]],
         copied_inputs: Sequence[int],
         input_buffers: Sequence[torch.Tensor],
         captured_outputs: Any,
     ) -> None:
         self.graph = graph
-        # (input index, address at capture) of every static tensor input.
-        self.static_input_ptrs = tuple(static_input_ptrs)
+        # (input index, address at capture) of every tensor input that is not copied:
+        # parameters and buffers, and outputs of earlier graphs on the tree path.
+        self.static_input_ptrs = tuple((i, t.data_ptr()) for i, t in static_inputs)
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
@@ -48,13 +49,13 @@ class Recording:
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
         )
         self._output_factories = [_output_factory(out) for out in outputs]
-        # Graph memory this recording keeps alive; static inputs' storages are not ours.
-        static_ptrs = {ptr for _, ptr in self.static_input_ptrs}
-        self.owned_storages = [
-            s
-            for s in _unique_storages(list(outputs) + self.input_buffers)
-            if s.data_ptr() not in static_ptrs
+        # Graph memory this recording keeps alive: its outputs (minus those that are its
+        # static inputs, e.g. a parameter returned as is) and its static input buffers.
+        static_ptrs = {t.untyped_storage().data_ptr() for _, t in static_inputs}
+        self.owned_output_storages = [
+            s for s in _unique_storages(outputs) if s.data_ptr() not in static_ptrs
         ]
+        self.owned_storages = self.owned_output_storages + _unique_storages(self.input_buffers)
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         for index, ptr in self.static_input_ptrs:

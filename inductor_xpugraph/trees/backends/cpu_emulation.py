@@ -35,7 +35,9 @@ class EmulatedGraph:
 
     def __init__(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> None:
         self._fn = fn
-        self._args = list(args)  # the callable clears the list it is given
+        # Like a real graph, hold on to memory, not to the caller's tensor objects (those may
+        # be invalidated later as stale outputs): detach() gives new objects, same storage.
+        self._args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
         self._module_globals = _module_globals_of(fn)
         self.buffers: list[torch.Tensor] = []
         self._buffer_specs: list[tuple[Any, ...]] = []

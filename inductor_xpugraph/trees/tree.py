@@ -1,0 +1,216 @@
+"""The graph tree of one device: nodes, paths, generations, and stale outputs.
+
+Algorithm
+---------
+Compiled callables (an Inductor ``call`` or ``partition_N``, forward, backward or
+inference) are called in sequences: a training step runs forward graphs, then backward
+graphs; a graph break splits one step into several callables. Each sequence, from the
+start of a *generation*, is a path in a tree. A ``GraphNode`` is one recording of one
+callable (for one set of sizes) *at one place in the tree*: the same callable reached after
+different predecessors gets different nodes. Every node records into the device's single
+memory pool.
+
+Memory ("owned outputs", needs no allocator checkpointing): a node keeps the storages of its
+outputs allocated for as long as it exists; scratch memory is returned to the pool after the
+capture. So when a node is captured, every output of every existing node is allocated and the
+capture cannot place anything in it; and a node is always captured after all its ancestors.
+Replaying a path in order is therefore safe: a node's scratch may only overlap outputs of
+nodes captured *later*, which on this path have not run yet in this generation, and on other
+paths belong to older generations. Re-recording a node drops its subtree (its descendants
+were captured before the new recording). Cost: outputs of sibling branches never share
+memory. There is nothing like upstream's liveness checks to do before a replay: a node never
+reuses memory that a live output of its path could occupy.
+
+Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
+and no backward is pending (a forward ran since the last backward) — or, once the user has
+called ``mark_step_begin()``, exactly at each such call. At that point the path restarts
+at the root and every output handed out in the previous generation is invalidated: reading
+one raises an error that says to clone it. This is what makes replaying safe, and it is the
+semantics CUDA users know from upstream's trees (the same generation counters are used, so
+``torch.compiler.cudagraph_mark_step_begin()`` works too).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import torch
+from torch._dynamo.mutation_guard import GenerationTracker
+from torch._inductor.cudagraph_trees import MarkStepBox
+
+from .backends import GraphBackend, backend_class
+from .invalidation import invalidator
+from .recording import Recording
+
+STALE_OUTPUT_MESSAGE = (
+    "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) from an "
+    "earlier iteration, and its memory has been overwritten by a subsequent run. To keep an "
+    "output across calls, clone it (`out.clone()`) before calling the compiled code again; "
+    "if the next call starts a new iteration, call inductor_xpugraph.mark_step_begin() (or "
+    "torch.compiler.cudagraph_mark_step_begin()) before it."
+)
+STALE_GRAD_MESSAGE = (
+    "inductor_xpugraph: this gradient was produced by a {device} backward graph (`{name}`) of "
+    "an earlier iteration, and its memory has been overwritten by a subsequent run. Set "
+    ".grad to None before each backward (optimizer.zero_grad(set_to_none=True), the "
+    "default), or clone gradients you keep."
+)
+
+
+def current_generation() -> int:
+    """Upstream's generation: the mark-step counter once used, else the compile invocation."""
+    return MarkStepBox.mark_step_counter or GenerationTracker.generation
+
+
+class GraphNode:
+    """One recording of one callable at one place of the tree."""
+
+    __slots__ = ("callable_id", "name", "phase", "parent", "children", "recording", "seq")
+
+    def __init__(
+        self,
+        callable_id: int,
+        name: str,
+        phase: str,
+        parent: GraphNode | None,
+        recording: Recording | None,
+        seq: int,
+    ) -> None:
+        self.callable_id = callable_id
+        self.name = name
+        self.phase = phase
+        self.parent = parent
+        self.children: dict[tuple[int, tuple[int, ...]], GraphNode] = {}
+        self.recording = recording
+        self.seq = seq  # capture order: every descendant has a larger one
+
+    def path_from_root(self) -> list[GraphNode]:
+        path, node = [], self
+        while node is not None and node.recording is not None:
+            path.append(node)
+            node = node.parent
+        return path[::-1]
+
+    def subtree(self) -> list[GraphNode]:
+        nodes, stack = [], [self]
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        return nodes
+
+
+class GraphTree:
+    def __init__(self, device: str) -> None:
+        device_type, _, index = device.partition(":")
+        self.device = device
+        self.backend: GraphBackend = backend_class(device_type)(int(index or 0))
+        self.root = GraphNode(-1, "<root>", "root", None, None, 0)
+        self.current = self.root
+        self.generation: int | None = None
+        self.pending_backward = False
+        # Outputs handed out since the generation started, as (node, outputs) pairs.
+        self.handed_out: list[tuple[GraphNode, Any]] = []
+        # Captures (and everything else off the replay fast path) are serialised.
+        self.lock = threading.RLock()
+        self._pool: Any = None
+        self._seq = itertools.count(1)
+
+    @property
+    def pool(self) -> Any:
+        if self._pool is None:
+            self._pool = self.backend.new_pool()
+        return self._pool
+
+    # -- generations --------------------------------------------------------------------------
+
+    def maybe_start_generation(self) -> None:
+        """Called when the generation counter moved: start a new one if that is safe."""
+        if MarkStepBox.mark_step_counter or not self.pending_backward:
+            self.start_generation()
+
+    def start_generation(self) -> None:
+        self.invalidate_handed_out()
+        self.current = self.root
+        self.pending_backward = False
+        self.generation = current_generation()
+
+    def invalidate_handed_out(self) -> None:
+        handed_out, self.handed_out = self.handed_out, []
+        invalidate = invalidator() if handed_out else None
+        if invalidate is None:
+            return
+        for node, outputs in handed_out:
+            template = STALE_GRAD_MESSAGE if node.phase == "backward" else STALE_OUTPUT_MESSAGE
+            message = template.format(device=self.device, name=node.name)
+            for output in outputs:
+                if isinstance(output, torch.Tensor):
+                    invalidate(output, message)
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def add_node(
+        self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording
+    ) -> GraphNode:
+        node = GraphNode(callable_id, name, phase, self.current, recording, next(self._seq))
+        self.current.children[(callable_id, key)] = node
+        return node
+
+    def drop_node(self, node: GraphNode) -> None:
+        """Forget ``node`` and its subtree; their graph memory returns to the pool."""
+        parent = node.parent
+        for child_key, child in list(parent.children.items()):
+            if child is node:
+                del parent.children[child_key]
+        if self.current in node.subtree():
+            self.current = parent
+
+    def forget_callable(self, callable_id: int) -> None:
+        """Drop every node of a callable that no longer exists (its module was freed)."""
+        with self.lock:
+            for node in self.root.subtree()[1:]:
+                if node.callable_id == callable_id and node.parent is not None:
+                    self.drop_node(node)
+
+    def managed_storage_ptrs(self) -> set[int]:
+        """Storages of outputs of the nodes on the current path (not copied as inputs)."""
+        return {
+            storage.data_ptr()
+            for node in self.current.path_from_root()
+            for storage in node.recording.owned_output_storages
+        }
+
+    def reset(self) -> None:
+        with self.lock:
+            self.root.children.clear()
+            self.current = self.root
+            self.handed_out = []
+            self.pending_backward = False
+            self.generation = None
+            self._pool = None
+
+    def nodes(self) -> list[GraphNode]:
+        return self.root.subtree()[1:]
+
+    def owned_bytes(self) -> int:
+        return sum(node.recording.owned_bytes() for node in self.nodes())
+
+
+_trees: dict[str, GraphTree] = {}
+_trees_lock = threading.Lock()
+
+
+def tree_for(device: str) -> GraphTree:
+    tree = _trees.get(device)
+    if tree is None:
+        with _trees_lock:
+            tree = _trees.get(device)
+            if tree is None:
+                tree = _trees[device] = GraphTree(device)
+    return tree
+
+
+def all_trees() -> list[GraphTree]:
+    return list(_trees.values())

@@ -4,7 +4,7 @@ Inductor itself checks most of its CUDA-graph skip rules *after* codegen (and on
 only ever answers "multiple devices"). We need the answer *during* codegen, so that the
 source says what will happen. This module replays those rules on ``V.graph`` and produces
 a ``GraphPlan``: one ``GraphTarget`` per callable to wrap (``call``, or each
-``partition_N`` when Inductor split the graph), each either graphed or skipped with a reason.
+``partition_N`` when Inductor split the graph), or a reason why nothing is captured.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ class GraphTarget:
     name: str  # "call" or "partition_N"
     static_inputs: tuple[int, ...]  # positions not copied on replay
     copied_inputs: tuple[int, ...]  # tensor positions copied into static buffers
-    mutated_inputs: tuple[int, ...]  # positions the graph writes to (all static)
-    skip_reason: str | None = None
+    mutated_inputs: tuple[int, ...]  # positions the graph writes to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +32,7 @@ class GraphPlan:
     device: str  # "xpu:0"
     phase: str  # "inference" | "forward" | "backward"
     targets: tuple[GraphTarget, ...]
-    skip_reason: str | None  # a reason for the whole graph, or None
-
-    @property
-    def graphed(self) -> tuple[GraphTarget, ...]:
-        return tuple(t for t in self.targets if t.skip_reason is None)
+    skip_reason: str | None  # why nothing is captured, or None
 
 
 def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
@@ -130,11 +125,7 @@ def _target(
     static_inputs = tuple(i for i in tensors if i in static_set)
     copied_inputs = tuple(i for i in tensors if i not in static_set)
     mutated_inputs = tuple(sorted(mutated))
-    unsafe = [i for i in mutated_inputs if i not in static_set]
-    reason = None
-    if unsafe:
-        reason = (
-            f"{name} mutates input(s) {unsafe}, which are not static (parameters or "
-            f"buffers): a replay would write to a copy"
-        )
-    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs, reason)
+    # A mutated input that is not static is only safe to capture when, at run time, it is an
+    # output of an earlier graph (the graph then writes into that memory, not into a copy):
+    # the runtime decides that per call.
+    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs)

@@ -119,7 +119,15 @@ class GraphedCallable:
         if calls < config.warmup_runs:
             self._calls_before_record[key] = calls + 1
             stats.counters["warmups"] += 1
-            return self.fn(args)
+            # Warmup outputs follow the same generation rules as replayed ones, so code
+            # that would read a stale output fails from the first call, not the third.
+            # An output may be an input object itself (a parameter saved for backward):
+            # those are not ours to invalidate.
+            input_ids = {id(arg) for arg in args}
+            outputs = self.fn(args)
+            new_outputs = [out for out in outputs if id(out) not in input_ids]
+            self.tree.handed_out.append((self, new_outputs))
+            return outputs
         return self._record(key, args)
 
     def _accept_new_size(self) -> bool:

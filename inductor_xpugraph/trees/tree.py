@@ -24,10 +24,10 @@ reuses memory that a live output of its path could occupy.
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward is pending (a forward ran since the last backward) — or, once the user has
 called ``mark_step_begin()``, exactly at each such call. At that point the path restarts
-at the root and every output handed out in the previous generation is invalidated: reading
-one raises an error that says to clone it. This is what makes replaying safe, and it is the
-semantics CUDA users know from upstream's trees (the same generation counters are used, so
-``torch.compiler.cudagraph_mark_step_begin()`` works too).
+at the root and every output handed out in the previous generation (warmup runs included)
+is invalidated: reading one raises an error that says to clone it. This is what makes
+replaying safe, and it is the semantics CUDA users know from upstream's trees (the same
+generation counters are used, so ``torch.compiler.cudagraph_mark_step_begin()`` works too).
 """
 
 from __future__ import annotations
@@ -111,8 +111,9 @@ class GraphTree:
         self.current = self.root
         self.generation: int | None = None
         self.pending_backward = False
-        # Outputs handed out since the generation started, as (node, outputs) pairs.
-        self.handed_out: list[tuple[GraphNode, Any]] = []
+        # Outputs handed out since the generation started, as (producer, outputs) pairs;
+        # the producer (a node, or the callable for warmup runs) has .name and .phase.
+        self.handed_out: list[tuple[Any, Any]] = []
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
         self._pool: Any = None
@@ -142,9 +143,10 @@ class GraphTree:
         invalidate = invalidator() if handed_out else None
         if invalidate is None:
             return
-        for node, outputs in handed_out:
-            template = STALE_GRAD_MESSAGE if node.phase == "backward" else STALE_OUTPUT_MESSAGE
-            message = template.format(device=self.device, name=node.name)
+        for producer, outputs in handed_out:
+            backward = producer.phase == "backward"
+            template = STALE_GRAD_MESSAGE if backward else STALE_OUTPUT_MESSAGE
+            message = template.format(device=self.device, name=producer.name)
             for output in outputs:
                 if isinstance(output, torch.Tensor):
                     invalidate(output, message)

@@ -138,3 +138,28 @@ def test_graph_may_mutate_an_output_of_an_earlier_graph(device):
         torch.testing.assert_close(total, (x * 3 + 1).sum())
         torch.testing.assert_close(y, x * 3 + 1)
     assert inductor_xpugraph.stats()["records"] == 2
+
+
+def test_threads_have_their_own_trees_and_generations(device):
+    import threading
+
+    compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
+    x_main = torch.randn(8, device=device)
+    for _ in range(3):
+        kept = compiled(x_main)  # warmup, record, replay in this thread
+    errors = []
+
+    def other_thread():
+        try:
+            for _ in range(4):
+                x = torch.randn(8, device=device)
+                torch.testing.assert_close(compiled(x), x * 2 + 1)
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert not errors
+    torch.testing.assert_close(kept, x_main * 2 + 1)  # not invalidated by the other thread
+    assert len(all_trees()) == 2

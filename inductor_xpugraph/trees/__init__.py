@@ -16,7 +16,7 @@ from typing import Any
 
 from . import stats
 from .graphed_callable import GraphedCallable
-from .tree import all_trees, tree_for
+from .tree import all_trees
 
 PHASES = ("inference", "forward", "backward")
 
@@ -34,7 +34,7 @@ def graphify(
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     return GraphedCallable(
         fn,
-        tree_for(device),
+        device,
         static_inputs=static_inputs,
         mutated_inputs=mutated_inputs,
         phase=phase,

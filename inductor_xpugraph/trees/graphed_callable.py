@@ -37,7 +37,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 from .. import config
 from . import stats
 from .recording import Recording
-from .tree import GraphNode, GraphTree
+from .tree import GraphNode, GraphTree, all_trees, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -48,7 +48,7 @@ class GraphedCallable:
     def __init__(
         self,
         fn: Callable[[list[Any]], Any],
-        tree: GraphTree,
+        device: str,
         *,
         static_inputs: Sequence[int],
         mutated_inputs: Sequence[int],
@@ -56,19 +56,19 @@ class GraphedCallable:
         name: str,
     ) -> None:
         self.fn = fn
-        self.tree = tree
+        self.device = device
         self.id = next(_callable_ids)
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
         self.phase = phase
         self.name = name
-        self._is_capturing = tree.backend.is_capturing
+        self._is_capturing = tree_for(device).backend.is_capturing
         self._after_run = {
             "forward": _set_pending_backward,
             "backward": _clear_pending_backward,
         }.get(phase, _nothing)
         self.reset()
-        weakref.finalize(self, tree.forget_callable, self.id)
+        weakref.finalize(self, _forget_callable, self.id)
 
     def reset(self) -> None:
         """Forget this callable's counters (its nodes live in the tree)."""
@@ -79,7 +79,7 @@ class GraphedCallable:
         self.fallen_back = False
 
     def __call__(self, args: list[Any]) -> Any:
-        tree = self.tree
+        tree = thread_trees().get(self.device) or tree_for(self.device)
         if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
             tree.maybe_start_generation()
         size_inputs = self._size_inputs
@@ -97,22 +97,22 @@ class GraphedCallable:
             stats.counters["replays"] += 1
             return outputs
         with tree.lock:
-            outputs = self._slow_path(key, args)
+            outputs = self._slow_path(tree, key, args)
         self._after_run(tree)
         return outputs
 
     # -- slow paths ---------------------------------------------------------------------------
 
-    def _slow_path(self, key: tuple[int, ...], args: list[Any]) -> Any:
+    def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         if self.fallen_back or self._is_capturing():
             # Un-graphed for good, or someone else is capturing: run inside their capture.
             return self.fn(args)
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
-        node = self.tree.current.children.get((self.id, key))
+        node = tree.current.children.get((self.id, key))
         if node is not None:  # recorded here, but a non-copied input moved
-            return self._rerecord(node, key, args)
+            return self._rerecord(tree, node, key, args)
         calls = self._calls_before_record.get(key, 0)
         if calls == 0 and key and not self._accept_new_size():
             return self.fn(args)
@@ -126,9 +126,9 @@ class GraphedCallable:
             input_ids = {id(arg) for arg in args}
             outputs = self.fn(args)
             new_outputs = [out for out in outputs if id(out) not in input_ids]
-            self.tree.handed_out.append((self, new_outputs))
+            tree.handed_out.append((self, new_outputs))
             return outputs
-        return self._record(key, args)
+        return self._record(tree, key, args)
 
     def _accept_new_size(self) -> bool:
         sizes_seen = len(self._calls_before_record)
@@ -150,13 +150,14 @@ class GraphedCallable:
             )
         return True
 
-    def _rerecord(self, node: GraphNode, key: tuple[int, ...], args: list[Any]) -> Any:
+    def _rerecord(
+        self, tree: GraphTree, node: GraphNode, key: tuple[int, ...], args: list[Any]
+    ) -> Any:
         self.rerecords += 1
-        self.tree.drop_node(node)  # release its graphs and memory before capturing again
+        tree.drop_node(node)  # release its graphs and memory before capturing again
         if self.rerecords > config.rerecord_limit:
             self.fallen_back = True
-            for stale in [n for n in self.tree.nodes() if n.callable_id == self.id]:
-                self.tree.drop_node(stale)
+            _forget_callable(self.id)
             stats.counters["fallbacks"] += 1
             log.warning(
                 "inductor_xpugraph: %s re-recorded %d times because its parameters, buffers "
@@ -168,10 +169,9 @@ class GraphedCallable:
             )
             return self.fn(args)
         stats.counters["rerecords"] += 1
-        return self._record(key, args)
+        return self._record(tree, key, args)
 
-    def _record(self, key: tuple[int, ...], args: list[Any]) -> Any:
-        tree = self.tree
+    def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         managed = tree.managed_storage_ptrs()
         static, copied = [], []
         for i, arg in enumerate(args):
@@ -209,6 +209,11 @@ class GraphedCallable:
         tree.current = node
         tree.handed_out.append((node, outputs))
         return outputs
+
+
+def _forget_callable(callable_id: int) -> None:
+    for tree in all_trees():
+        tree.forget_callable(callable_id)
 
 
 def _empty_like_strided(t: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -200,19 +201,39 @@ class GraphTree:
         return sum(node.recording.owned_bytes() for node in self.nodes())
 
 
-_trees: dict[str, GraphTree] = {}
-_trees_lock = threading.Lock()
+# Trees are per thread, as upstream's: two threads serving the same compiled model never
+# invalidate each other's outputs or share static buffers. Autograd runs backward on its
+# own threads; the per-thread table is stashed in torch's autograd-propagated TLS so that a
+# backward finds the tree of the thread that ran its forward.
+_TLS_KEY = "inductor_xpugraph_trees"
+_local = threading.local()
+_registry: weakref.WeakSet[GraphTree] = weakref.WeakSet()
+_registry_lock = threading.Lock()
+
+
+def thread_trees() -> dict[str, GraphTree]:
+    trees = getattr(_local, "trees", None)
+    if trees is None:
+        if torch._C._is_key_in_tls(_TLS_KEY):
+            trees = torch._C._get_obj_in_tls(_TLS_KEY)
+        else:
+            trees = {}
+            torch._C._stash_obj_in_tls(_TLS_KEY, trees)
+        _local.trees = trees
+    return trees
 
 
 def tree_for(device: str) -> GraphTree:
-    tree = _trees.get(device)
+    trees = thread_trees()
+    tree = trees.get(device)
     if tree is None:
-        with _trees_lock:
-            tree = _trees.get(device)
-            if tree is None:
-                tree = _trees[device] = GraphTree(device)
+        tree = trees[device] = GraphTree(device)
+        with _registry_lock:
+            _registry.add(tree)
     return tree
 
 
 def all_trees() -> list[GraphTree]:
-    return list(_trees.values())
+    """Every live tree, of every thread."""
+    with _registry_lock:
+        return list(_registry)

@@ -49,3 +49,28 @@ def test_partitions_around_cpu_work_each_replay(cuda_device):
     stats = inductor_xpugraph.stats()
     assert stats["records"] == 2  # one per partition
     assert stats["replays"] == 4
+
+
+def test_random_ops_give_the_same_stream_as_ungraphed_code(cuda_device):
+    def noisy(x):
+        return torch.nn.functional.dropout(x, p=0.5, training=True) + torch.rand_like(x)
+
+    graphed = torch.compile(noisy, mode="reduce-overhead")
+    plain = torch.compile(noisy)
+    x = torch.randn(1024, device="cuda")
+    torch.manual_seed(0)
+    from_graphs = [graphed(x).clone() for _ in range(5)]
+    torch.manual_seed(0)
+    from_plain = [plain(x).clone() for _ in range(5)]
+    assert inductor_xpugraph.stats()["replays"] == 3
+    for a, b in zip(from_graphs, from_plain):
+        torch.testing.assert_close(a, b)
+
+
+def test_backward_of_a_forward_graph_runs_from_the_same_tree_on_autograd_threads(cuda_device):
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU()).cuda()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(4):
+        compiled(torch.randn(8, 32, device="cuda")).sum().backward()
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2 and stats["replays"] == 4  # forward and backward

@@ -6,6 +6,7 @@ import torch
 import torch._inductor.cudagraph_trees as upstream_trees
 
 import inductor_xpugraph
+from inductor_xpugraph.trees.tree import all_trees
 
 pytestmark = pytest.mark.gpu
 
@@ -74,3 +75,6 @@ def test_backward_of_a_forward_graph_runs_from_the_same_tree_on_autograd_threads
         compiled(torch.randn(8, 32, device="cuda")).sum().backward()
     stats = inductor_xpugraph.stats()
     assert stats["records"] == 2 and stats["replays"] == 4  # forward and backward
+    (tree,) = all_trees()  # the autograd thread used the forward thread's tree
+    forward, backward = sorted(tree.nodes(), key=lambda n: n.seq)
+    assert backward.parent is forward

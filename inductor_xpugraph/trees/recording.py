@@ -94,11 +94,13 @@ def _output_factory(output: Any) -> Callable[[], Any]:
     """A function returning a new object equal to ``output`` for each replay."""
     if not isinstance(output, torch.Tensor):
         return lambda: output  # None, ints (sizes) and other constants of this recording
+    # The recording holds its own alias, never the captured object: that may be a caller's
+    # tensor (an input returned as an output) which can later be invalidated as stale.
     # detach(): a new tensor over the same storage, offset, sizes and strides, with no
     # autograd history and not an autograd view (~0.4 µs, against ~2.6 µs for
     # empty(0).set_(storage, ...)). Each replay's outputs are distinct objects, so autograd
     # metadata attached to one never leaks into another.
-    return output.detach
+    return output.detach().detach
 
 
 def _writable_view(t: torch.Tensor) -> torch.Tensor:

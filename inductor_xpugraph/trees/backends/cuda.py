@@ -19,3 +19,14 @@ class CudaGraphBackend(DeviceGraphBackend):
 
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
+
+    def capture(self, fn, args, pool):
+        # cuBLAS keeps a workspace per (handle, stream), allocated on first use. Cleared
+        # around the capture, the capture stream's workspace is allocated inside the pool
+        # and freed afterwards (it is scratch of this graph), instead of pinning tens of
+        # MiB for the life of the process. Upstream's trees do the same.
+        torch._C._cuda_clearCublasWorkspaces()
+        try:
+            return super().capture(fn, args, pool)
+        finally:
+            torch._C._cuda_clearCublasWorkspaces()

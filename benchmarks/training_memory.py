@@ -8,7 +8,8 @@ Each (workload, variant) runs in a fresh process so pools never leak between var
 A step is forward + backward + SGD update (``zero_grad(set_to_none=True)``). Reported
 (above what was allocated/reserved before compiling): peak allocated and peak reserved
 memory over the steps, memory still allocated after the last step (ours keeps its graphs'
-outputs allocated; upstream's sit free but reserved in its private pool), graph replays, and the median host time per step.
+outputs allocated; upstream's sit free but reserved in its private pool), graph replays,
+and the median host time per step.
 Variants: ``inductor`` (default mode, no graphs), ``upstream`` (mode="reduce-overhead",
 Inductor's own trees), ``ours`` (mode="reduce-overhead" through inductor_xpugraph).
 """

@@ -51,10 +51,6 @@ class GraphBackend(abc.ABC):
         contents are only valid after ``graph.replay()``.
         """
 
-    def warmup(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> Any:
-        """Run ``fn(args)`` un-captured, before its first capture."""
-        return fn(args)
-
     @abc.abstractmethod
     def is_capturing(self) -> bool:
         """True while the current stream is being captured (by us or by anyone else)."""

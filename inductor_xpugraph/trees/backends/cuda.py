@@ -6,8 +6,6 @@ CUDA Graph Trees.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from .device_graphs import DeviceGraphBackend
@@ -22,24 +20,13 @@ class CudaGraphBackend(DeviceGraphBackend):
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
 
-    # cuBLAS keeps a workspace per (handle, stream), allocated on first use and kept. Cleared
-    # around warmups and captures, a workspace is allocated for the run and freed after it
-    # (inside the pool, as scratch of the graph, for a capture) instead of pinning tens of
-    # MiB per stream for the life of the process. Upstream's trees do the same.
-
-    def warmup(self, fn, args):
-        with _fresh_cublas_workspaces():
-            return fn(args)
-
     def capture(self, fn, args, pool):
-        with _fresh_cublas_workspaces():
-            return super().capture(fn, args, pool)
-
-
-@contextlib.contextmanager
-def _fresh_cublas_workspaces():
-    torch._C._cuda_clearCublasWorkspaces()
-    try:
-        yield
-    finally:
+        # cuBLAS keeps a workspace per (handle, stream), allocated on first use. Cleared
+        # around the capture, the capture stream's workspace is allocated inside the pool
+        # and freed afterwards (it is scratch of this graph), instead of pinning tens of
+        # MiB for the life of the process. Upstream's trees do the same.
         torch._C._cuda_clearCublasWorkspaces()
+        try:
+            return super().capture(fn, args, pool)
+        finally:
+            torch._C._cuda_clearCublasWorkspaces()

@@ -62,7 +62,6 @@ class GraphedCallable:
         self.mutated_inputs = tuple(mutated_inputs)
         self.phase = phase
         self.name = name
-        self._is_capturing = tree_for(device).backend.is_capturing
         self._after_run = {
             "forward": _set_pending_backward,
             "backward": _clear_pending_backward,
@@ -88,7 +87,7 @@ class GraphedCallable:
         if (
             node is not None
             and node.recording.static_inputs_match(args)
-            and not self._is_capturing()
+            and not tree.backend.is_capturing()
         ):
             outputs = node.recording.replay(args)
             tree.current = node
@@ -104,7 +103,7 @@ class GraphedCallable:
     # -- slow paths ---------------------------------------------------------------------------
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
-        if self.fallen_back or self._is_capturing():
+        if self.fallen_back or tree.backend.is_capturing():
             # Un-graphed for good, or someone else is capturing: run inside their capture.
             return self.fn(args)
         if self._size_inputs is None:  # first call: find the size (int) inputs once

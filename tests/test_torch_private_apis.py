@@ -1,0 +1,75 @@
+"""Canary: the private torch APIs the extension itself relies on still exist.
+
+A torch upgrade that moves one of these must fail here, by name, rather than deep inside a
+compile or a replay.
+"""
+
+import importlib
+
+import pytest
+import torch
+
+PRIVATE_APIS = [
+    # codegen/registration.py
+    "torch._inductor.codegen.common.register_backend_for_device",
+    "torch._inductor.codegen.common.register_device_op_overrides",
+    "torch._inductor.codegen.common.init_backend_registration",
+    "torch._inductor.codegen.common.get_device_op_overrides",
+    "torch._inductor.codegen.common.device_codegens",
+    "torch._inductor.codegen.common.custom_backend_passes",
+    "torch._inductor.codegen.common.custom_backend_codegen_configs",
+    "torch._inductor.codegen.common.device_op_overrides_dict",
+    "torch._inductor.codegen.cpu_device_op_overrides.CpuDeviceOpOverrides",
+    "torch._inductor.codegen.cuda.device_op_overrides.CUDADeviceOpOverrides",
+    "torch._inductor.codegen.xpu.device_op_overrides.XPUDeviceOpOverrides",
+    # codegen/wrapper.py, eligibility.py, cache_key.py
+    "torch._inductor.codegen.wrapper.PythonWrapperCodegen.generate_after_suffix",
+    "torch._inductor.codegen.wrapper.PythonWrapperCodegen.create",
+    "torch._inductor.utils.count_tangents",
+    "torch._inductor.utils.get_first_incompatible_cudagraph_node",
+    "torch._inductor.custom_graph_pass.CustomGraphModulePass",
+    "torch._guards.TracingContext.try_get",
+    # trees/
+    "torch._dynamo.mutation_guard.GenerationTracker",
+    "torch._inductor.cudagraph_trees.MarkStepBox",
+    "torch._inductor.cudagraph_trees.mark_step_begin",
+    "torch._C._stash_obj_in_tls",
+    "torch._C._get_obj_in_tls",
+    "torch._C._is_key_in_tls",
+    "torch.xpu.XPUGraph",
+    "torch.xpu.graph_pool_handle",
+    "torch.xpu.is_current_stream_capturing",
+]
+
+
+def resolve(path):
+    module_path, _, attr = path.rpartition(".")
+    while module_path:
+        try:
+            obj = importlib.import_module(module_path)
+            break
+        except ImportError:
+            module_path, _, parent = module_path.rpartition(".")
+            attr = f"{parent}.{attr}"
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("path", PRIVATE_APIS)
+def test_private_torch_api_still_exists(path):
+    try:
+        resolve(path)
+    except AttributeError as error:
+        pytest.fail(f"torch {torch.__version__} no longer has {path}: {error}")
+
+
+def test_generation_counters_have_the_expected_shape():
+    from torch._dynamo.mutation_guard import GenerationTracker
+    from torch._inductor.cudagraph_trees import MarkStepBox, mark_step_begin
+
+    assert isinstance(GenerationTracker.generation, int)
+    before = MarkStepBox.mark_step_counter
+    mark_step_begin()
+    assert MarkStepBox.mark_step_counter != before
+    MarkStepBox.mark_step_counter = before

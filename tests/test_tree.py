@@ -162,3 +162,20 @@ def test_threads_have_their_own_trees_and_generations(device):
     worker.join()
     assert not errors
     torch.testing.assert_close(kept, x_main * 2 + 1)  # not invalidated by the other thread
+
+
+def test_generated_module_called_directly_in_a_loop_replays(device):
+    from torch._inductor.codecache import PyCodeCache
+
+    compiled = torch.compile(lambda x, w: (x @ w).relu(), mode="reduce-overhead")
+    w = torch.randn(8, 8, device=device)
+    compiled(torch.randn(4, 8, device=device), w)
+    module = [m for m in PyCodeCache.modules if "_graph_trees" in open(m.__file__).read()][-1]
+    inductor_xpugraph.reset()
+    # No torch.compile invocation: the generation counter never moves between these calls.
+    for _ in range(5):
+        x = torch.randn(4, 8, device=device)
+        (out,) = module.call([x, w])
+        torch.testing.assert_close(out, (x @ w).relu())
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"]) == (1, 4)  # warmed up by the compiled call

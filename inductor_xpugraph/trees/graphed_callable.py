@@ -84,6 +84,8 @@ class GraphedCallable:
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         node = tree.current.children.get((self.id, key))
+        if node is None and tree.restart_if_repeated(self.id):
+            node = tree.current.children.get((self.id, key))
         if (
             node is not None
             and node.recording.static_inputs_match(args)

@@ -27,7 +27,10 @@ called ``mark_step_begin()``, exactly at each such call. At that point the path 
 at the root and every output handed out in the previous generation (warmup runs included)
 is invalidated: reading one raises an error that says to clone it. This is what makes
 replaying safe, and it is the semantics CUDA users know from upstream's trees (the same
-generation counters are used, so ``torch.compiler.cudagraph_mark_step_begin()`` works too).
+generation counters are used, so ``torch.compiler.cudagraph_mark_step_begin()`` works
+too). Calls that bypass torch.compile (loaded artifacts) never move that counter: there,
+a callable met again on the current path starts the new generation
+(``restart_if_repeated``).
 """
 
 from __future__ import annotations
@@ -132,6 +135,21 @@ class GraphTree:
         """Called when the generation counter moved: start a new one if that is safe."""
         if MarkStepBox.mark_step_counter or not self.pending_backward:
             self.start_generation()
+
+    def restart_if_repeated(self, callable_id: int) -> bool:
+        """A callable met again on the current path starts a new generation, when allowed.
+
+        Calls that do not go through ``torch.compile`` (a loaded standalone/AOT artifact, the
+        generated module run directly) never move the invocation counter; without this rule
+        each call of such a loop would record a new node below the previous one. Not applied
+        while a backward is pending or once the user drives generations with mark_step_begin.
+        """
+        if MarkStepBox.mark_step_counter or self.pending_backward:
+            return False
+        if not any(node.callable_id == callable_id for node in self.current.path_from_root()):
+            return False
+        self.start_generation()
+        return True
 
     def start_generation(self) -> None:
         self.invalidate_handed_out()

@@ -19,9 +19,6 @@ class GraphTreeOpsMixin:
     #: The device's graphs are emulated (cpu): the emitted comment says so.
     emulated_graphs = False
 
-    def graph_device(self, device_idx: int) -> str:
-        return f"{self.graph_device_type}:{device_idx}"
-
 
 class XPUGraphTreeOpOverrides(GraphTreeOpsMixin, XPUDeviceOpOverrides):
     graph_device_type = "xpu"

@@ -58,7 +58,3 @@ class GraphBackend(abc.ABC):
     @abc.abstractmethod
     def synchronize(self) -> None:
         """Wait for all work queued on the device."""
-
-    def pool_bytes(self, pool: Any) -> int | None:
-        """Bytes currently reserved by ``pool``, or None when the device cannot tell."""
-        return None

@@ -39,4 +39,12 @@ skip_dynamic_graphs: bool = Config(
     default=False, env_name_force="INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS"
 )
 
+# Where the backend's allocator can checkpoint a pool (cuda), let sibling branches of a tree
+# share memory (trees.memory.CheckpointedPool). False keeps every graph's outputs allocated
+# for its whole life ("owned outputs"): the portable strategy, the only one on xpu; turn this
+# off on cuda to measure it. Read when a device's tree is created or reset.
+allocator_checkpointing: bool = Config(
+    default=True, env_name_force="INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING"
+)
+
 install_config_module(sys.modules[__name__])

@@ -23,30 +23,32 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-# "cpu" is the emulator and always runs; "cuda" needs the GPU machine (-m gpu).
+_GPU = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device"),
+]
+
+# (device, allocator checkpointing). "cpu" is the emulator and always runs (it has no
+# allocator checkpoints); cuda runs on the GPU machine (-m gpu) in both memory strategies.
 DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device"),
-        ],
-    ),
+    pytest.param(("cpu", False), id="cpu"),
+    pytest.param(("cuda", True), id="cuda-checkpointing", marks=_GPU),
+    pytest.param(("cuda", False), id="cuda-owned-outputs", marks=_GPU),
 ]
 
 
 @pytest.fixture(params=DEVICES)
 def device(request):
     """A device with the extension enabled, a fresh runtime and fresh Dynamo caches."""
-    name = request.param
+    name, checkpointing = request.param
     was_enabled = name in inductor_xpugraph.enabled_devices()
     inductor_xpugraph.enable(name)
     torch._dynamo.reset()
-    inductor_xpugraph.reset()
-    yield name
-    torch._dynamo.reset()
-    inductor_xpugraph.reset()
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
+        inductor_xpugraph.reset()
+        yield name
+        torch._dynamo.reset()
+        inductor_xpugraph.reset()
     if not was_enabled:
         inductor_xpugraph.disable(name)
 

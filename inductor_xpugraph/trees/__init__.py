@@ -62,7 +62,7 @@ def reset() -> None:
 
 def snapshot() -> dict[str, object]:
     result = stats.snapshot()
-    result["pool_bytes"] = sum(tree.owned_bytes() for tree in all_trees())
+    result["pool_bytes"] = sum(tree.pool_bytes() for tree in all_trees())
     return result
 
 

@@ -108,6 +108,7 @@ class GraphedCallable:
         if self.fallen_back or tree.backend.is_capturing():
             # Un-graphed for good, or someone else is capturing: run inside their capture.
             return self.fn(args)
+        tree.drop_forgotten()
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
@@ -123,10 +124,15 @@ class GraphedCallable:
             # Warmup outputs follow the same generation rules as replayed ones, so code
             # that would read a stale output fails from the first call, not the third.
             # An output may be an input object itself (a parameter saved for backward):
-            # those are not ours to invalidate.
+            # those are not ours to invalidate. Held weakly: a warmup output the caller
+            # drops is freed at once, as it would be without graphs.
             input_ids = {id(arg) for arg in args}
-            outputs = self.fn(args)
-            new_outputs = [out for out in outputs if id(out) not in input_ids]
+            outputs = tree.backend.warmup(self.fn, args)
+            new_outputs = [
+                weakref.ref(out)
+                for out in outputs
+                if isinstance(out, torch.Tensor) and id(out) not in input_ids
+            ]
             tree.handed_out.append((self, new_outputs))
             return outputs
         return self._record(tree, key, args)
@@ -194,6 +200,7 @@ class GraphedCallable:
             capture_args[i] = buffer
         call_args = list(args)
         args.clear()
+        tree.prepare_capture()
         graph, captured_outputs = tree.backend.capture(self.fn, capture_args, tree.pool)
         recording = Recording(
             graph,

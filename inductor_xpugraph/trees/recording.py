@@ -6,11 +6,11 @@ buffers, which static inputs must keep their address, and how each output is reb
 replay is then: compare static-input addresses, one batched copy of the other inputs, one
 graph launch, and one cheap tensor per output aliasing the graph's memory.
 
-Output memory: the recording keeps the storages that its capture produced for its outputs
-alive for as long as it exists ("owned outputs"). The pool's allocator therefore always sees
-them as allocated, so no later capture can place anything in them, and no allocator
-checkpointing is needed. Each replay hands out fresh tensor objects over those storages;
-like upstream's trees, the next replay overwrites their contents.
+Output memory: ``output_storages`` are the storages the capture allocated for the outputs;
+each replay hands out fresh tensor objects over them, and like upstream's trees the next
+replay overwrites their contents. ``output_owners`` holds whatever keeps that memory
+allocated: the storages themselves for as long as the recording exists ("owned outputs"), or,
+under allocator checkpointing, owners that the tree frees and re-creates (``memory``).
 """
 
 from __future__ import annotations
@@ -48,14 +48,18 @@ class Recording:
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
         )
-        self._output_factories = [_output_factory(out) for out in outputs]
-        # Graph memory this recording keeps alive: its outputs (minus those that are its
-        # static inputs, e.g. a parameter returned as is) and its static input buffers.
-        static_ptrs = {t.untyped_storage().data_ptr() for _, t in static_inputs}
-        self.owned_output_storages = [
-            s for s in _unique_storages(outputs) if s.data_ptr() not in static_ptrs
+        # The recording holds its own aliases, never the captured objects: an output may be a
+        # caller's tensor (an input returned as is), which can later be invalidated as stale.
+        self._output_aliases = [_alias(out) for out in outputs]
+        self._output_factories = [_output_factory(out) for out in self._output_aliases]
+        # Memory the capture allocated for the outputs: not that of a static input (a
+        # parameter returned as is) nor that of an input buffer (a view of a copied input).
+        not_allocated = {t.untyped_storage().data_ptr() for _, t in static_inputs}
+        not_allocated |= {b.untyped_storage().data_ptr() for b in self.input_buffers}
+        self.output_storages = [
+            s for s in _unique_storages(outputs) if s.data_ptr() not in not_allocated
         ]
-        self.owned_storages = self.owned_output_storages + _unique_storages(self.input_buffers)
+        self.output_owners: list[torch.UntypedStorage] = []
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         for index, ptr in self.static_input_ptrs:
@@ -86,21 +90,58 @@ class Recording:
         outputs = [make() for make in self._output_factories]
         return tuple(outputs) if self._output_is_tuple else outputs
 
-    def owned_bytes(self) -> int:
-        return sum(storage.nbytes() for storage in self.owned_storages)
+    def output_bytes(self) -> int:
+        return sum(storage.nbytes() for storage in self.output_storages)
+
+    def take_output_ownership(self) -> list[torch.UntypedStorage]:
+        """Rebuild the outputs over unowned storages of the same memory; return the owners.
+
+        Afterwards nothing in this recording keeps its output memory allocated: the caller
+        holds the returned storages for as long as the memory must stay allocated.
+        """
+        owners = self.output_storages
+        unowned = {s.data_ptr(): _unowned(s) for s in owners}
+        self._output_aliases = [
+            _alias_over(alias, unowned[alias.untyped_storage().data_ptr()])
+            if isinstance(alias, torch.Tensor) and alias.untyped_storage().data_ptr() in unowned
+            else alias
+            for alias in self._output_aliases
+        ]
+        self._output_factories = [_output_factory(out) for out in self._output_aliases]
+        self.output_storages = list(unowned.values())
+        return owners
+
+    def new_unowned_output_storages(self) -> list[torch.UntypedStorage]:
+        """Fresh unowned storages over the output memory (to be made its owners)."""
+        return [_unowned(s) for s in self.output_storages]
 
 
-def _output_factory(output: Any) -> Callable[[], Any]:
-    """A function returning a new object equal to ``output`` for each replay."""
-    if not isinstance(output, torch.Tensor):
-        return lambda: output  # None, ints (sizes) and other constants of this recording
-    # The recording holds its own alias, never the captured object: that may be a caller's
-    # tensor (an input returned as an output) which can later be invalidated as stale.
+def _alias(output: Any) -> Any:
     # detach(): a new tensor over the same storage, offset, sizes and strides, with no
-    # autograd history and not an autograd view (~0.4 µs, against ~2.6 µs for
-    # empty(0).set_(storage, ...)). Each replay's outputs are distinct objects, so autograd
-    # metadata attached to one never leaks into another.
-    return output.detach().detach
+    # autograd history and not an autograd view.
+    return output.detach() if isinstance(output, torch.Tensor) else output
+
+
+def _output_factory(alias: Any) -> Callable[[], Any]:
+    """A function returning a new object equal to ``alias`` for each replay."""
+    if not isinstance(alias, torch.Tensor):
+        return lambda: alias  # None, ints (sizes) and other constants of this recording
+    # ~0.4 µs per output, against ~2.6 µs for empty(0).set_(storage, ...). Each replay's
+    # outputs are distinct objects, so autograd metadata attached to one never leaks into
+    # another.
+    return alias.detach
+
+
+def _unowned(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A storage over the same memory that does not free it when it dies."""
+    return torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), storage.device, storage.nbytes()
+    )
+
+
+def _alias_over(t: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
+    alias = torch.empty((0,), dtype=t.dtype, device=t.device)
+    return alias.set_(storage, t.storage_offset(), t.size(), t.stride())
 
 
 def _writable_view(t: torch.Tensor) -> torch.Tensor:

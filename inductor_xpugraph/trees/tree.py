@@ -10,16 +10,15 @@ callable (for one set of sizes) *at one place in the tree*: the same callable re
 different predecessors gets different nodes. Every node records into the device's single
 memory pool.
 
-Memory ("owned outputs", needs no allocator checkpointing): a node keeps the storages of its
-outputs allocated for as long as it exists; scratch memory is returned to the pool after the
-capture. So when a node is captured, every output of every existing node is allocated and the
-capture cannot place anything in it; and a node is always captured after all its ancestors.
-Replaying a path in order is therefore safe: a node's scratch may only overlap outputs of
-nodes captured *later*, which on this path have not run yet in this generation, and on other
-paths belong to older generations. Re-recording a node drops its subtree (its descendants
-were captured before the new recording). Cost: outputs of sibling branches never share
-memory. There is nothing like upstream's liveness checks to do before a replay: a node never
-reuses memory that a live output of its path could occupy.
+Memory: scratch memory is returned to the pool after each capture; outputs stay allocated
+as ``memory`` decides. Both of its strategies guarantee that when a node is captured, the
+outputs of all its ancestors are allocated, so the capture places nothing in them; and a
+node is always captured after its ancestors. Replaying a path in order is therefore safe: a
+node's scratch may only overlap outputs of nodes captured *later*, which on this path have
+not run yet in this generation, and on other paths belong to older generations. Re-recording
+a node drops its subtree (its descendants were captured before the new recording). There is
+nothing like upstream's liveness checks to do before a replay: a node never reuses memory
+that an output of its path, live or not, occupies.
 
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward is pending (a forward ran since the last backward) — or, once the user has
@@ -36,6 +35,7 @@ a callable met again on the current path starts the new generation
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import weakref
 from typing import Any
@@ -46,7 +46,10 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .backends import GraphBackend, backend_class
 from .invalidation import invalidator
+from .memory import OwnedOutputs, memory_strategy
 from .recording import Recording
+
+log = logging.getLogger("inductor_xpugraph")
 
 STALE_OUTPUT_MESSAGE = (
     "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) from an "
@@ -122,6 +125,9 @@ class GraphTree:
         self.lock = threading.RLock()
         self._pool: Any = None
         self._seq = itertools.count(1)
+        self.memory = memory_strategy(self.backend)
+        # Callables that no longer exist; their nodes are dropped off the fast path.
+        self.forgotten_callables: list[int] = []
 
     @property
     def pool(self) -> Any:
@@ -167,17 +173,41 @@ class GraphTree:
             template = STALE_GRAD_MESSAGE if backward else STALE_OUTPUT_MESSAGE
             message = template.format(device=self.device, name=producer.name)
             for output in outputs:
+                if isinstance(output, weakref.ref):  # a warmup output
+                    output = output()
                 if isinstance(output, torch.Tensor):
                     invalidate(output, message)
 
     # -- nodes --------------------------------------------------------------------------------
+
+    def prepare_capture(self) -> None:
+        """Make the pool ready for capturing a child of the current node."""
+        self.memory.prepare_capture(self.current, self.pool)
 
     def add_node(
         self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording
     ) -> GraphNode:
         node = GraphNode(callable_id, name, phase, self.current, recording, next(self._seq))
         self.current.children[(callable_id, key)] = node
+        if not self.memory.adopt(node, self.pool):
+            self._fall_back_to_owned_outputs(node)
         return node
+
+    def _fall_back_to_owned_outputs(self, node: GraphNode) -> None:
+        log.warning(
+            "inductor_xpugraph: the %s graph pool holds memory that is not an output of the "
+            "graphs on the current path (`%s` returned memory allocated outside its capture, "
+            "or its capture kept an allocation alive); this tree uses owned outputs instead "
+            "of allocator checkpointing from now on",
+            self.device,
+            node.name,
+        )
+        keep = {self.root, *node.path_from_root()}
+        off_path = [n for n in self.nodes() if n.parent in keep and n not in keep]
+        self.memory = OwnedOutputs()
+        for other in off_path:  # their memory is no longer reserved: record them again
+            self.drop_node(other)
+        self.memory.adopt(node, self.pool)
 
     def drop_node(self, node: GraphNode) -> None:
         """Forget ``node`` and its subtree; their graph memory returns to the pool."""
@@ -185,38 +215,64 @@ class GraphTree:
         for child_key, child in list(parent.children.items()):
             if child is node:
                 del parent.children[child_key]
-        if self.current in node.subtree():
+        subtree = node.subtree()
+        self.memory.forget(subtree)
+        if self.current in subtree:
             self.current = parent
 
     def forget_callable(self, callable_id: int) -> None:
-        """Drop every node of a callable that no longer exists (its module was freed)."""
-        with self.lock:
-            for node in self.root.subtree()[1:]:
-                if node.callable_id == callable_id and node.parent is not None:
-                    self.drop_node(node)
+        """Note that a callable no longer exists (its module was freed); see drop_forgotten.
+
+        Called from a finalizer, at any time and on any thread: only records the id.
+        """
+        self.forgotten_callables.append(callable_id)
+
+    def drop_forgotten(self) -> None:
+        """Drop the nodes of callables that no longer exist.
+
+        Nodes on the current path stay until a later generation: outputs they handed out in
+        this one may still be in use.
+        """
+        if not self.forgotten_callables:
+            return
+        forgotten, self.forgotten_callables = set(self.forgotten_callables), []
+        on_path = set(self.current.path_from_root())
+        for node in self.nodes():
+            if node.callable_id not in forgotten:
+                continue
+            if node in on_path:
+                self.forgotten_callables.append(node.callable_id)
+            else:
+                self.drop_node(node)
 
     def managed_storage_ptrs(self) -> set[int]:
-        """Storages of outputs of the nodes on the current path (not copied as inputs)."""
-        return {
-            storage.data_ptr()
-            for node in self.current.path_from_root()
-            for storage in node.recording.owned_output_storages
-        }
+        """Memory of the outputs of the nodes on the current path (not copied as inputs)."""
+        ptrs = set()
+        for node in self.current.path_from_root():
+            recording = node.recording
+            ptrs.update(storage.data_ptr() for storage in recording.output_storages)
+            # An output may be a view of an input buffer: that memory is stable too.
+            ptrs.update(buffer.untyped_storage().data_ptr() for buffer in recording.input_buffers)
+        return ptrs
 
     def reset(self) -> None:
         with self.lock:
+            self.memory.forget(self.nodes())
             self.root.children.clear()
             self.current = self.root
             self.handed_out = []
             self.pending_backward = False
             self.generation = None
+            self.forgotten_callables = []
             self._pool = None
+            self.memory = memory_strategy(self.backend)
 
     def nodes(self) -> list[GraphNode]:
         return self.root.subtree()[1:]
 
-    def owned_bytes(self) -> int:
-        return sum(node.recording.owned_bytes() for node in self.nodes())
+    def pool_bytes(self) -> int:
+        """Bytes of graph outputs that the pool keeps allocated."""
+        return self.memory.held_bytes(self.nodes())
 
 
 # Trees are per thread, as upstream's: two threads serving the same compiled model never

@@ -51,6 +51,35 @@ class GraphBackend(abc.ABC):
         contents are only valid after ``graph.replay()``.
         """
 
+    def warmup(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> Any:
+        """Run ``fn(args)`` un-graphed, before its capture, outside the pool."""
+        return fn(args)
+
+    # -- allocator checkpoints (optional: see trees.memory) -----------------------------------
+
+    #: True when the allocator can save and restore its bookkeeping of a pool.
+    supports_pool_checkpoints: bool = False
+
+    def checkpoint_pool(self, pool: Any) -> Any:
+        """The allocator's bookkeeping of ``pool``: which of its blocks are allocated."""
+        raise NotImplementedError
+
+    def restore_pool(self, pool: Any, checkpoint: Any, new_owners: list[Any]) -> None:
+        """Make the allocated blocks of ``pool`` those of ``checkpoint``.
+
+        Blocks allocated now must be allocated in the checkpoint too. ``new_owners`` are
+        unowned storages over the blocks the restore allocates: each becomes their owner.
+        """
+        raise NotImplementedError
+
+    def free_storages(self, storages: list[Any]) -> None:
+        """Free the pool memory these owning storages hold; they no longer own it after."""
+        raise NotImplementedError
+
+    def pool_holds_exactly(self, pool: Any, storages: list[Any]) -> bool:
+        """True when the allocated blocks of ``pool`` are exactly those of ``storages``."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def is_capturing(self) -> bool:
         """True while the current stream is being captured (by us or by anyone else)."""

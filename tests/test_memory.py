@@ -1,0 +1,139 @@
+"""The pool-path bookkeeping of allocator checkpointing, against a model allocator.
+
+Real checkpoints need the CUDA caching allocator (tests/test_cuda.py runs them); here a fake
+backend models a pool as the set of its allocated addresses, which is all the strategy may
+rely on, and records what the strategy asks of it.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
+from inductor_xpugraph.trees.recording import Recording
+from inductor_xpugraph.trees.tree import GraphTree
+
+
+class ModelPool:
+    """A backend whose pool is a set of allocated addresses."""
+
+    supports_pool_checkpoints = True
+
+    def __init__(self) -> None:
+        self.allocated: set[int] = set()
+        self.restores: list[frozenset[int]] = []
+
+    def capture_outputs(self, count: int = 1, leak: bool = False) -> tuple[torch.Tensor, ...]:
+        outputs = tuple(torch.empty(16) for _ in range(count))
+        self.allocated |= {out.data_ptr() for out in outputs}
+        if leak:
+            self.allocated.add(1)  # an allocation no output accounts for
+        return outputs
+
+    def checkpoint_pool(self, pool):
+        return frozenset(self.allocated)
+
+    def restore_pool(self, pool, checkpoint, new_owners):
+        assert self.allocated <= checkpoint, "a restore may only add allocations"
+        assert {s.data_ptr() for s in new_owners} == checkpoint - self.allocated
+        self.allocated = set(checkpoint)
+        self.restores.append(checkpoint)
+
+    def free_storages(self, storages):
+        for storage in storages:
+            self.allocated.remove(storage.data_ptr())
+
+    def pool_holds_exactly(self, pool, storages):
+        return {s.data_ptr() for s in storages} == self.allocated
+
+
+@pytest.fixture
+def tree():
+    tree = GraphTree("cpu")
+    tree.backend = ModelPool()
+    tree.memory = CheckpointedPool(tree.backend)
+    tree._pool = object()
+    return tree
+
+
+def record(tree, callable_id, leak=False):
+    """Capture a one-output graph below the current node and make it current."""
+    tree.prepare_capture()
+    outputs = tree.backend.capture_outputs(leak=leak)
+    recording = Recording(
+        None, static_inputs=[], copied_inputs=[], input_buffers=[], captured_outputs=outputs
+    )
+    node = tree.add_node(callable_id, f"graph{callable_id}", "inference", (), recording)
+    tree.current = node
+    return node
+
+
+def output_ptr(node):
+    return node.recording.output_storages[0].data_ptr()
+
+
+def test_only_the_pool_path_owns_output_memory(tree):
+    a = record(tree, 0)
+    b = record(tree, 1)
+    assert tree.memory.pool_path == [a, b]
+    assert tree.backend.allocated == {output_ptr(a), output_ptr(b)}
+    assert all(node.recording.output_owners for node in (a, b))
+
+
+def test_capture_at_the_root_frees_every_output_of_the_other_branch(tree):
+    a = record(tree, 0)
+    b = record(tree, 1)
+    tree.current = tree.root  # a new generation
+    c = record(tree, 2)
+    assert tree.memory.pool_path == [c]
+    assert a.recording.output_owners == [] and b.recording.output_owners == []
+    assert tree.backend.allocated == {output_ptr(c)}
+    assert tree.backend.restores == []
+
+
+def test_capture_below_a_node_off_the_pool_path_restores_its_outputs(tree):
+    a = record(tree, 0)
+    a_checkpoint = frozenset(tree.backend.allocated)
+    record(tree, 1)
+    tree.current = tree.root
+    c = record(tree, 2)
+    tree.current = a  # a replayed in a later generation
+    d = record(tree, 3)
+    assert tree.backend.restores == [a_checkpoint]
+    assert tree.memory.pool_path == [a, d]
+    assert c.recording.output_owners == []
+    assert [s.data_ptr() for s in a.recording.output_owners] == [output_ptr(a)]
+    assert tree.backend.allocated == {output_ptr(a), output_ptr(d)}
+
+
+def test_dropping_a_node_of_the_pool_path_frees_it_and_its_descendants(tree):
+    a = record(tree, 0)
+    b = record(tree, 1)
+    record(tree, 2)
+    tree.current = a
+    tree.drop_node(b)
+    assert tree.memory.pool_path == [a]
+    assert tree.backend.allocated == {output_ptr(a)}
+    assert b not in tree.memory.checkpoints
+
+
+def test_a_recording_keeps_no_owner_of_its_outputs_under_checkpointing(tree):
+    a = record(tree, 0)
+    owners = a.recording.output_owners
+    views = a.recording.output_storages
+    assert [s.data_ptr() for s in owners] == [s.data_ptr() for s in views]
+    assert all(view is not owner for view, owner in zip(views, owners))
+    assert a.recording.outputs()[0].data_ptr() == output_ptr(a)
+
+
+def test_pool_memory_no_output_accounts_for_switches_the_tree_to_owned_outputs(tree, caplog):
+    a = record(tree, 0)
+    record(tree, 1)
+    tree.current = tree.root
+    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+        c = record(tree, 2, leak=True)
+    assert isinstance(tree.memory, OwnedOutputs)
+    assert "owned outputs instead of allocator checkpointing" in caplog.text
+    assert tree.nodes() == [c]  # a and b no longer own their memory: dropped
+    assert c.recording.output_owners and a.recording.output_owners == []

@@ -11,7 +11,11 @@ memory over the steps, memory still allocated after the last step (ours keeps it
 outputs allocated; upstream's sit free but reserved in its private pool), graph replays,
 and the median host time per step.
 Variants: ``inductor`` (default mode, no graphs), ``upstream`` (mode="reduce-overhead",
-Inductor's own trees), ``ours`` (mode="reduce-overhead" through inductor_xpugraph).
+Inductor's own trees), ``ours_checkpointing`` and ``ours_owned`` (mode="reduce-overhead"
+through inductor_xpugraph, with allocator checkpointing on, the cuda default, and off: the
+portable "owned outputs" strategy that xpu uses).
+Workloads: ``mlp``, ``gpt2`` (one shape), ``mlp_2shapes`` (batches of 64 and 48 rows in
+turn: two branches of the tree, which only allocator checkpointing lets share memory).
 """
 
 from __future__ import annotations
@@ -24,22 +28,24 @@ import subprocess
 import sys
 import time
 
-WORKLOADS = ("mlp", "gpt2")
-VARIANTS = ("inductor", "upstream", "ours")
+WORKLOADS = ("mlp", "gpt2", "mlp_2shapes")
+VARIANTS = ("inductor", "upstream", "ours_checkpointing", "ours_owned")
 
 
 def build(workload: str):
     import torch
 
     torch.manual_seed(0)
-    if workload == "mlp":
+    if workload in ("mlp", "mlp_2shapes"):
         layers = []
         for _ in range(4):
             layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
         model = torch.nn.Sequential(*layers).cuda()
+        rows = [64, 48] if workload == "mlp_2shapes" else [64]
+        step = iter(range(10**9))
 
         def batch():
-            return (torch.randn(64, 1024, device="cuda"),)
+            return (torch.randn(rows[next(step) % len(rows)], 1024, device="cuda"),)
 
         def loss_fn(out, *_):
             return out.square().mean()
@@ -76,8 +82,9 @@ def run_variant(workload: str, variant: str, steps: int) -> dict:
 
     import inductor_xpugraph
 
-    if variant == "ours":
+    if variant.startswith("ours"):
         inductor_xpugraph.enable("cuda")
+        inductor_xpugraph.config.allocator_checkpointing = variant == "ours_checkpointing"
     else:
         inductor_xpugraph.disable("cuda")
     model, batch, loss_fn = build(workload)
@@ -98,7 +105,7 @@ def run_variant(workload: str, variant: str, steps: int) -> dict:
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    stats = inductor_xpugraph.stats() if variant == "ours" else {}
+    stats = inductor_xpugraph.stats() if variant.startswith("ours") else {}
     return {
         "workload": workload,
         "variant": variant,

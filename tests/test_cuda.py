@@ -78,3 +78,34 @@ def test_backward_of_a_forward_graph_runs_from_the_same_tree_on_autograd_threads
     (tree,) = all_trees()  # the autograd thread used the forward thread's tree
     forward, backward = sorted(tree.nodes(), key=lambda n: n.seq)
     assert backward.parent is forward
+
+
+def _run_two_shapes(steps: int) -> None:
+    # One dynamic-shape callable: each size is a child of the root, a branch of its own.
+    compiled = torch.compile(lambda x: (x @ x).relu() + 1, mode="reduce-overhead", dynamic=True)
+    for step in range(steps):
+        size = 256 if step % 2 else 512
+        x = torch.randn(size, size, device="cuda")
+        torch.testing.assert_close(compiled(x), (x @ x).relu() + 1)
+
+
+def test_two_shapes_replay_correctly_while_sharing_pool_memory(cuda_device):
+    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+        inductor_xpugraph.reset()
+        _run_two_shapes(steps=12)  # each call a new generation, the branches alternate
+        stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2 and stats["replays"] == 8
+    (tree,) = all_trees()
+    assert tree.memory.name == "allocator_checkpointing"
+    # Only the branch recorded last (256 x 256) holds memory; the other one reuses it.
+    assert stats["pool_bytes"] == 256 * 256 * 4
+
+
+def test_owned_outputs_keep_every_branch_allocated(cuda_device):
+    with inductor_xpugraph.config.patch(allocator_checkpointing=False):
+        inductor_xpugraph.reset()
+        _run_two_shapes(steps=12)
+        stats = inductor_xpugraph.stats()
+    (tree,) = all_trees()
+    assert tree.memory.name == "owned_outputs"
+    assert stats["pool_bytes"] == (512 * 512 + 256 * 256) * 4

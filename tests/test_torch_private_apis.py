@@ -39,6 +39,17 @@ PRIVATE_APIS = [
     "torch.xpu.XPUGraph",
     "torch.xpu.graph_pool_handle",
     "torch.xpu.is_current_stream_capturing",
+    "torch._C._construct_storage_from_data_pointer",
+]
+
+# trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.
+CUDA_PRIVATE_APIS = [
+    "torch._C._cuda_clearCublasWorkspaces",
+    "torch._C._cuda_getCheckpointState",
+    "torch._C._cuda_setCheckpointPoolState",
+    "torch._C._cuda_checkPoolLiveAllocations",
+    "torch._C._free_And_Remove_DeleterFn",
+    "torch._C._has_Standard_Deleter",
 ]
 
 
@@ -62,6 +73,13 @@ def test_private_torch_api_still_exists(path):
         resolve(path)
     except AttributeError as error:
         pytest.fail(f"torch {torch.__version__} no longer has {path}: {error}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build and device")
+@pytest.mark.parametrize("path", CUDA_PRIVATE_APIS)
+def test_private_cuda_api_still_exists(path):
+    test_private_torch_api_still_exists(path)
 
 
 def test_generation_counters_have_the_expected_shape():

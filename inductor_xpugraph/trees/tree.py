@@ -212,6 +212,8 @@ class GraphTree:
     def drop_node(self, node: GraphNode) -> None:
         """Forget ``node`` and its subtree; their graph memory returns to the pool."""
         parent = node.parent
+        if parent is None:  # dropped already
+            return
         for child_key, child in list(parent.children.items()):
             if child is node:
                 del parent.children[child_key]
@@ -219,6 +221,7 @@ class GraphTree:
         self.memory.forget(subtree)
         if self.current in subtree:
             self.current = parent
+        _unlink(subtree)
 
     def forget_callable(self, callable_id: int) -> None:
         """Note that a callable no longer exists (its module was freed); see drop_forgotten.
@@ -257,8 +260,10 @@ class GraphTree:
 
     def reset(self) -> None:
         with self.lock:
-            self.memory.forget(self.nodes())
+            nodes = self.nodes()
+            self.memory.forget(nodes)
             self.root.children.clear()
+            _unlink(nodes)
             self.current = self.root
             self.handed_out = []
             self.pending_backward = False
@@ -273,6 +278,18 @@ class GraphTree:
     def pool_bytes(self) -> int:
         """Bytes of graph outputs that the pool keeps allocated."""
         return self.memory.held_bytes(self.nodes())
+
+
+def _unlink(nodes: list[GraphNode]) -> None:
+    """Break the parent/children cycles of dropped nodes.
+
+    Their graphs are then destroyed now, by reference counting, and never later by Python's
+    cycle collector, which may run in the middle of a capture, where destroying a graph is
+    not permitted and invalidates the capture.
+    """
+    for node in nodes:
+        node.parent = None
+        node.children = {}
 
 
 # Trees are per thread, as upstream's: two threads serving the same compiled model never

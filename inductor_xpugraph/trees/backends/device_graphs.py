@@ -8,6 +8,7 @@ module plugged in; the tree runtime never sees which one it talks to.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -57,12 +58,20 @@ class DeviceGraphBackend(GraphBackend):
         module.synchronize(self.device_index)
         caller_stream = module.current_stream(self.device_index)
         self.capture_stream.wait_stream(caller_stream)
-        with module.device(self.device_index), module.stream(self.capture_stream):
-            graph.capture_begin(pool=pool, **self.capture_begin_kwargs)
-            try:
-                outputs = fn(args)
-            finally:
-                graph.capture_end()
+        # No cycle collection during the capture: it could destroy some unrelated graph,
+        # which is not permitted while a stream captures and would invalidate this capture.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with module.device(self.device_index), module.stream(self.capture_stream):
+                graph.capture_begin(pool=pool, **self.capture_begin_kwargs)
+                try:
+                    outputs = fn(args)
+                finally:
+                    graph.capture_end()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         caller_stream.wait_stream(self.capture_stream)
         return graph, outputs
 

@@ -194,7 +194,9 @@ class GraphedCallable:
             return self.fn(args)
 
         stats.counters["records"] += 1
-        buffers = [_empty_like_strided(args[i]) for i in copied]
+        # Filled with this call's values: a real capture executes nothing, but the CPU
+        # emulator's does, and must not index with garbage.
+        buffers = [_empty_like_strided(args[i]).copy_(args[i]) for i in copied]
         capture_args = list(args)
         for i, buffer in zip(copied, buffers):
             capture_args[i] = buffer

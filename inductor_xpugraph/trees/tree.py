@@ -34,6 +34,7 @@ a callable met again on the current path starts the new generation
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -64,6 +65,12 @@ STALE_GRAD_MESSAGE = (
     ".grad to None before each backward (optimizer.zero_grad(set_to_none=True), the "
     "default), or clone gradients you keep."
 )
+
+
+@functools.lru_cache(maxsize=1024)
+def stale_message(device: str, name: str, phase: str) -> str:
+    template = STALE_GRAD_MESSAGE if phase == "backward" else STALE_OUTPUT_MESSAGE
+    return template.format(device=device, name=name)
 
 
 def current_generation() -> int:
@@ -152,8 +159,11 @@ class GraphTree:
         """
         if MarkStepBox.mark_step_counter or self.pending_backward:
             return False
-        if not any(node.callable_id == callable_id for node in self.current.path_from_root()):
-            return False
+        node = self.current
+        while node.callable_id != callable_id:
+            if node.parent is None:  # reached the root: not on the path
+                return False
+            node = node.parent
         self.start_generation()
         return True
 
@@ -169,9 +179,7 @@ class GraphTree:
         if invalidate is None:
             return
         for producer, outputs in handed_out:
-            backward = producer.phase == "backward"
-            template = STALE_GRAD_MESSAGE if backward else STALE_OUTPUT_MESSAGE
-            message = template.format(device=self.device, name=producer.name)
+            message = stale_message(self.device, producer.name, producer.phase)
             for output in outputs:
                 if isinstance(output, weakref.ref):  # a warmup output
                     output = output()

@@ -216,12 +216,17 @@ def compiler(variant: str, device: str) -> Callable[[Any], Any]:
     """
     if variant == "eager":
         return lambda fn: fn
-    if variant == "ours":
-        inductor_xpugraph.enable(device)
-    else:
+    if variant == "inductor":
         inductor_xpugraph.disable(device)
-    mode = None if variant == "inductor" else "reduce-overhead"
-    return lambda fn: torch.compile(fn, mode=mode)
+        return lambda fn: torch.compile(fn)
+    if variant == "upstream":
+        inductor_xpugraph.disable(device)
+        return lambda fn: torch.compile(fn, mode="reduce-overhead")
+    inductor_xpugraph.enable(device)
+    # Exactly the options mode="reduce-overhead" sets, spelled differently: Dynamo's cache is
+    # per code object and would otherwise hand ours the code compiled for upstream.
+    options = {"triton.cudagraphs": True, "triton.cudagraph_trees": True}
+    return lambda fn: torch.compile(fn, options=options)
 
 
 def raw_graph_step(make_step, make_inputs, device):

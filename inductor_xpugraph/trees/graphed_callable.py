@@ -36,7 +36,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
 from . import stats
-from .recording import Recording
+from .recording import Recording, writable_view
 from .tree import GraphNode, GraphTree, all_trees, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
@@ -196,7 +196,9 @@ class GraphedCallable:
         stats.counters["records"] += 1
         # Filled with this call's values: a real capture executes nothing, but the CPU
         # emulator's does, and must not index with garbage.
-        buffers = [_empty_like_strided(args[i]).copy_(args[i]) for i in copied]
+        buffers = [_empty_like_strided(args[i]) for i in copied]
+        for buffer, i in zip(buffers, copied):
+            writable_view(buffer).copy_(writable_view(args[i]))
         capture_args = list(args)
         for i, buffer in zip(copied, buffers):
             capture_args[i] = buffer

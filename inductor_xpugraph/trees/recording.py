@@ -41,7 +41,7 @@ class Recording:
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
         # so that a copy never writes one memory location twice.
-        self._copy_targets = [_writable_view(buffer) for buffer in self.input_buffers]
+        self._copy_targets = [writable_view(buffer) for buffer in self.input_buffers]
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
         self._any_expanded = any(self._expanded)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
@@ -78,7 +78,7 @@ class Recording:
         sources = [args[i] for i in self.copied_inputs]
         if self._any_expanded:
             sources = [
-                _writable_view(src) if expanded else src
+                writable_view(src) if expanded else src
                 for src, expanded in zip(sources, self._expanded)
             ]
         if len(sources) == 1:
@@ -144,7 +144,7 @@ def _alias_over(t: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
     return alias.set_(storage, t.storage_offset(), t.size(), t.stride())
 
 
-def _writable_view(t: torch.Tensor) -> torch.Tensor:
+def writable_view(t: torch.Tensor) -> torch.Tensor:
     """``t`` narrowed to one element along each expanded (stride 0) dimension."""
     for dim, (size, stride) in enumerate(zip(t.size(), t.stride())):
         if stride == 0 and size > 1:

@@ -18,8 +18,8 @@ For each variant, in this order:
    Dynamo and the graph trees are reset and the variants are built again one by one; the
    times of a variant's first two calls are what a warm-cache process pays to warm up and
    record (cache lookup + warmup, then record + first replay);
-2. peak memory: peak allocated above what was allocated before the variant was rebuilt, over
-   those calls and 20 more;
+2. peak memory: peak allocated above what was allocated before the variant was rebuilt (with
+   cuBLAS workspaces cleared), over those calls and 20 more;
 3. per-call host time: after all variants are built, repeats of N back-to-back calls + one
    synchronize, the variants interleaved inside each repeat (so drift of the shared machine
    hits all of them alike); the median per variant over the repeats;
@@ -289,6 +289,9 @@ def main() -> None:
             steps[variant] = raw_graph_step(make_step, make_inputs, device)
             continue
         if cuda:
+            # cuBLAS keeps one workspace per stream until someone clears it (graph trees do):
+            # cleared here, every variant pays for the workspaces it allocates.
+            torch._C._cuda_clearCublasWorkspaces()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         step = make_step(compiler(variant, device))

@@ -109,3 +109,22 @@ def test_owned_outputs_keep_every_branch_allocated(cuda_device):
     (tree,) = all_trees()
     assert tree.memory.name == "owned_outputs"
     assert stats["pool_bytes"] == (512 * 512 + 256 * 256) * 4
+
+
+def test_an_output_kept_alive_is_never_overwritten_by_a_graph_that_reused_it(cuda_device):
+    first = torch.compile(lambda x: ((x * 2).relu(), x + 1), mode="reduce-overhead")
+    second = torch.compile(lambda b: b * 3 - 1, mode="reduce-overhead")
+    x = torch.randn(256, 256, device="cuda")
+    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+        inductor_xpugraph.reset()
+        for step in range(4):  # warmup, record, replay, then keep `a` for once
+            inductor_xpugraph.mark_step_begin()
+            a, b = first(x)
+            kept = a if step == 3 else None
+            del a  # dead when `second` is recorded: its capture may reuse the memory
+            torch.testing.assert_close(second(b), (x + 1) * 3 - 1)
+        torch.testing.assert_close(kept, (x * 2).relu())
+        stats = inductor_xpugraph.stats()
+        (tree,) = all_trees()
+        assert any(node.reused_outputs for node in tree.nodes())
+    assert stats["liveness_fallbacks"] == 1

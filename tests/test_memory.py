@@ -58,15 +58,18 @@ def tree():
 
 
 def record(tree, callable_id, leak=False):
-    """Capture a one-output graph below the current node and make it current."""
+    """Capture a one-output graph below the current node and make it current.
+
+    Returns the node and the output handed to the caller: hold it to keep it alive.
+    """
     tree.prepare_capture()
     outputs = tree.backend.capture_outputs(leak=leak)
     recording = Recording(
         None, static_inputs=[], copied_inputs=[], input_buffers=[], captured_outputs=outputs
     )
     node = tree.add_node(callable_id, f"graph{callable_id}", "inference", (), recording)
-    tree.current = node
-    return node
+    tree.enter(node)
+    return node, recording.outputs()[0]
 
 
 def output_ptr(node):
@@ -74,43 +77,75 @@ def output_ptr(node):
 
 
 def test_only_the_pool_path_owns_output_memory(tree):
-    a = record(tree, 0)
-    b = record(tree, 1)
+    a, a_out = record(tree, 0)
+    b, b_out = record(tree, 1)
     assert tree.memory.pool_path == [a, b]
     assert tree.backend.allocated == {output_ptr(a), output_ptr(b)}
-    assert all(node.recording.output_owners for node in (a, b))
+    assert all(node.recording.output_owners[0] is not None for node in (a, b))
 
 
 def test_capture_at_the_root_frees_every_output_of_the_other_branch(tree):
-    a = record(tree, 0)
-    b = record(tree, 1)
+    a, a_out = record(tree, 0)
+    b, b_out = record(tree, 1)
     tree.current = tree.root  # a new generation
-    c = record(tree, 2)
+    c, c_out = record(tree, 2)
     assert tree.memory.pool_path == [c]
-    assert a.recording.output_owners == [] and b.recording.output_owners == []
+    assert a.recording.output_owners == [None] and b.recording.output_owners == [None]
     assert tree.backend.allocated == {output_ptr(c)}
     assert tree.backend.restores == []
 
 
 def test_capture_below_a_node_off_the_pool_path_restores_its_outputs(tree):
-    a = record(tree, 0)
+    a, a_out = record(tree, 0)
     a_checkpoint = frozenset(tree.backend.allocated)
     record(tree, 1)
     tree.current = tree.root
-    c = record(tree, 2)
+    c, c_out = record(tree, 2)
     tree.current = a  # a replayed in a later generation
-    d = record(tree, 3)
+    a_out = a.recording.outputs()[0]
+    d, d_out = record(tree, 3)
     assert tree.backend.restores == [a_checkpoint]
     assert tree.memory.pool_path == [a, d]
-    assert c.recording.output_owners == []
-    assert [s.data_ptr() for s in a.recording.output_owners] == [output_ptr(a)]
+    assert c.recording.output_owners == [None]
+    assert a.recording.output_owners[0].data_ptr() == output_ptr(a)
     assert tree.backend.allocated == {output_ptr(a), output_ptr(d)}
+    assert a_out.data_ptr() == output_ptr(a)  # held, hence re-allocated
+
+
+def test_capture_reuses_outputs_of_its_step_that_nothing_references(tree):
+    a, a_out = record(tree, 0)
+    del a_out  # the caller is done with it (say, logits once the loss is computed)
+    b, b_out = record(tree, 1)
+    assert a.recording.output_owners == [None]
+    assert tree.backend.allocated == {output_ptr(b)}
+    assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
+    assert b.reused_memory_is_free()
+
+
+def test_a_node_does_not_replay_while_an_output_it_reuses_is_referenced(tree):
+    a, a_out = record(tree, 0)
+    del a_out
+    b, b_out = record(tree, 1)
+    a_out = a.recording.outputs()[0]  # a later step keeps a's output
+    assert not b.reused_memory_is_free()
+    a_view = a_out[1:]
+    del a_out
+    assert not b.reused_memory_is_free()  # a view holds the memory too
+    del a_view
+    assert b.reused_memory_is_free()
+
+
+def test_an_output_still_referenced_is_not_reused(tree):
+    a, a_out = record(tree, 0)
+    b, b_out = record(tree, 1)
+    assert b.reused_outputs == ()
+    assert tree.backend.allocated == {output_ptr(a), output_ptr(b)}
 
 
 def test_dropping_a_node_of_the_pool_path_frees_it_and_its_descendants(tree):
-    a = record(tree, 0)
-    b = record(tree, 1)
-    record(tree, 2)
+    a, a_out = record(tree, 0)
+    b, b_out = record(tree, 1)
+    c, c_out = record(tree, 2)
     tree.current = a
     tree.drop_node(b)
     assert tree.memory.pool_path == [a]
@@ -119,21 +154,23 @@ def test_dropping_a_node_of_the_pool_path_frees_it_and_its_descendants(tree):
 
 
 def test_a_recording_keeps_no_owner_of_its_outputs_under_checkpointing(tree):
-    a = record(tree, 0)
+    a, a_out = record(tree, 0)
     owners = a.recording.output_owners
     views = a.recording.output_storages
     assert [s.data_ptr() for s in owners] == [s.data_ptr() for s in views]
     assert all(view is not owner for view, owner in zip(views, owners))
-    assert a.recording.outputs()[0].data_ptr() == output_ptr(a)
+    assert a_out.data_ptr() == output_ptr(a)
 
 
 def test_pool_memory_no_output_accounts_for_switches_the_tree_to_owned_outputs(tree, caplog):
-    a = record(tree, 0)
-    record(tree, 1)
-    tree.current = tree.root
+    a, a_out = record(tree, 0)
+    b, b_out = record(tree, 1)
     with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
-        c = record(tree, 2, leak=True)
-    assert isinstance(tree.memory, OwnedOutputs)
+        c, c_out = record(tree, 2, leak=True)
     assert "owned outputs instead of allocator checkpointing" in caplog.text
-    assert tree.nodes() == [c]  # a and b no longer own their memory: dropped
-    assert c.recording.output_owners and a.recording.output_owners == []
+    assert tree.current is tree.off_tree  # the rest of this step runs un-graphed
+    assert c.recording.output_owners[0] is not None
+    assert a.recording.output_owners[0] is not None  # a_out is still valid in this step
+    tree.start_generation()
+    assert isinstance(tree.memory, OwnedOutputs)
+    assert tree.nodes() == []  # recorded again, with owned outputs

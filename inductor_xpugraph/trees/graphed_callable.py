@@ -89,11 +89,12 @@ class GraphedCallable:
         if (
             node is not None
             and node.recording.static_inputs_match(args)
+            and (not node.reused_outputs or node.reused_memory_is_free())
             and not tree.backend.is_capturing()
         ):
             outputs = node.recording.replay(args)
             tree.current = node
-            tree.handed_out.append((node, outputs))
+            tree.hand_out(node, outputs)
             self._after_run(tree)
             stats.counters["replays"] += 1
             return outputs
@@ -105,14 +106,18 @@ class GraphedCallable:
     # -- slow paths ---------------------------------------------------------------------------
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
-        if self.fallen_back or tree.backend.is_capturing():
-            # Un-graphed for good, or someone else is capturing: run inside their capture.
+        if self.fallen_back or tree.backend.is_capturing() or tree.current is tree.off_tree:
+            # Un-graphed for good, or someone else is capturing (run inside their capture),
+            # or this generation has left the tree.
             return self.fn(args)
         tree.drop_forgotten()
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
         node = tree.current.children.get((self.id, key))
+        if node is not None and not node.reused_memory_is_free():
+            tree.leave_for_this_generation(node)
+            return self.fn(args)
         if node is not None:  # recorded here, but a non-copied input moved
             return self._rerecord(tree, node, key, args)
         calls = self._calls_before_record.get(key, 0)
@@ -128,12 +133,7 @@ class GraphedCallable:
             # drops is freed at once, as it would be without graphs.
             input_ids = {id(arg) for arg in args}
             outputs = tree.backend.warmup(self.fn, args)
-            new_outputs = [
-                weakref.ref(out)
-                for out in outputs
-                if isinstance(out, torch.Tensor) and id(out) not in input_ids
-            ]
-            tree.handed_out.append((self, new_outputs))
+            tree.hand_out(self, [out for out in outputs if id(out) not in input_ids])
             return outputs
         return self._record(tree, key, args)
 
@@ -218,8 +218,8 @@ class GraphedCallable:
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(call_args)
-        tree.current = node
-        tree.handed_out.append((node, outputs))
+        tree.enter(node)
+        tree.hand_out(node, outputs)
         return outputs
 
 

@@ -19,9 +19,12 @@ sees as free. Before a capture below node N, the pool path moves to root..N: own
 leaving it are freed, and the allocator's bookkeeping is restored to the checkpoint taken
 right after N's own capture (``_cuda_setCheckpointPoolState``), which re-allocates the
 outputs of the nodes joining it, with fresh owners. Siblings therefore share memory, which
-is safe because two siblings never run in one generation. Within a path this is as
-conservative as ``OwnedOutputs``: outputs stay allocated until the generation ends, so a
-replay never needs upstream's liveness checks.
+is safe because two siblings never run in one generation. Within a path, outputs of the step
+that nothing references any more when a node is captured (the logits, once the loss is
+computed) are freed first, so the capture may reuse their memory; that node then replays only
+while those outputs are still unreferenced (``GraphNode.reused_outputs``, checked before each
+replay). If one is alive, the rest of the generation runs un-graphed
+(``stats()["liveness_fallbacks"]``).
 
 After each capture the strategy checks that the pool holds exactly the pool path's outputs;
 anything else (an output that is not pool memory, a capture that kept an allocation) makes
@@ -65,38 +68,65 @@ class CheckpointedPool:
 
     def __init__(self, backend: GraphBackend) -> None:
         self.backend = backend
-        # Nodes, root first, whose outputs are allocated in the pool (their recordings hold
-        # the owning storages); every other node's outputs are unowned.
+        # Nodes, root first, whose live outputs are allocated in the pool: their recordings'
+        # ``output_owners`` hold an owning storage per output (None once freed as dead).
+        # Every other node's outputs are unowned.
         self.pool_path: list[GraphNode] = []
-        # The allocator's bookkeeping of the pool right after each node's capture.
+        # The allocator's bookkeeping of the pool right after each node's capture, and which
+        # outputs, as (node, output index), it has allocated.
         self.checkpoints: dict[GraphNode, Any] = {}
+        self.allocated_at: dict[GraphNode, frozenset[tuple[GraphNode, int]]] = {}
+        # Outputs freed as dead for the capture being prepared.
+        self._freed_for_capture: list[tuple[GraphNode, int]] = []
 
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
-        target = parent.path_from_root()
-        shared = 0
-        for held, wanted in zip(self.pool_path, target):
-            if held is not wanted:
-                break
-            shared += 1
-        for node in self.pool_path[shared:]:
-            self._release(node)
-        joining = target[shared:]
-        if joining:
-            owners = {node: node.recording.new_unowned_output_storages() for node in joining}
-            all_owners = [storage for storages in owners.values() for storage in storages]
-            self.backend.restore_pool(pool, self.checkpoints[target[-1]], all_owners)
-            for node, storages in owners.items():
-                node.recording.output_owners = storages
-        self.pool_path = target
+        """Allocate exactly the live outputs of root..parent; free everything else."""
+        wanted = self.allocated_at.get(parent, frozenset())
+        held = {
+            (node, index)
+            for node in self.pool_path
+            for index, owner in enumerate(node.recording.output_owners)
+            if owner is not None
+        }
+        for node, index in held - wanted:
+            self._free(node, index)
+        missing = sorted(wanted - held, key=lambda item: (item[0].seq, item[1]))
+        if missing:
+            owners = [node.recording.new_unowned_output_storage(index) for node, index in missing]
+            self.backend.restore_pool(pool, self.checkpoints[parent], owners)
+            for (node, index), owner in zip(missing, owners):
+                node.recording.output_owners[index] = owner
+        self.pool_path = parent.path_from_root()
+        # Outputs of this step that nothing references any more: the capture may reuse
+        # their memory. The new node records them; it replays only while they stay dead.
+        self._freed_for_capture = [
+            (node, index)
+            for node, index in sorted(wanted, key=lambda item: (item[0].seq, item[1]))
+            if node.recording.output_is_dead(index)
+        ]
+        for node, index in self._freed_for_capture:
+            self._free(node, index)
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording
-        expected = [s for held in self.pool_path for s in held.recording.output_owners]
-        expected += recording.output_storages
+        held = [
+            (path_node, index)
+            for path_node in self.pool_path
+            for index, owner in enumerate(path_node.recording.output_owners)
+            if owner is not None
+        ]
+        expected = [n.recording.output_owners[i] for n, i in held] + recording.output_storages
         if not self.backend.pool_holds_exactly(pool, expected):
             return False
         recording.output_owners = recording.take_output_ownership()
         self.checkpoints[node] = self.backend.checkpoint_pool(pool)
+        outputs = {(node, index) for index in range(len(recording.output_storages))}
+        self.allocated_at[node] = frozenset(held) | outputs
+        node.reused_outputs = tuple(
+            (n.recording.output_storages[i], n.recording.output_own_refs[i])
+            for n, i in self._freed_for_capture
+        )
+        self._freed_for_capture = []
         self.pool_path.append(node)
         return True
 
@@ -105,18 +135,27 @@ class CheckpointedPool:
         for index, node in enumerate(self.pool_path):
             if node in dropped:
                 for leaving in self.pool_path[index:]:
-                    self._release(leaving)
+                    for output_index in range(len(leaving.recording.output_owners)):
+                        self._free(leaving, output_index)
                 del self.pool_path[index:]
                 break
         for node in nodes:
             self.checkpoints.pop(node, None)
+            self.allocated_at.pop(node, None)
 
     def held_bytes(self, nodes: list[GraphNode]) -> int:
-        return sum(node.recording.output_bytes() for node in self.pool_path)
+        return sum(
+            owner.nbytes()
+            for node in self.pool_path
+            for owner in node.recording.output_owners
+            if owner is not None
+        )
 
-    def _release(self, node: GraphNode) -> None:
-        self.backend.free_storages(node.recording.output_owners)
-        node.recording.output_owners = []
+    def _free(self, node: GraphNode, index: int) -> None:
+        owner = node.recording.output_owners[index]
+        if owner is not None:
+            self.backend.free_storages([owner])
+            node.recording.output_owners[index] = None
 
 
 def memory_strategy(backend: GraphBackend) -> OwnedOutputs | CheckpointedPool:

@@ -59,7 +59,10 @@ class Recording:
         self.output_storages = [
             s for s in _unique_storages(outputs) if s.data_ptr() not in not_allocated
         ]
-        self.output_owners: list[torch.UntypedStorage] = []
+        # Per output storage: what keeps it allocated (None: nothing, see trees.memory).
+        self.output_owners: list[torch.UntypedStorage | None] = []
+        # Per output storage: the references this recording itself holds to it.
+        self.output_own_refs: list[int] = []
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         for index, ptr in self.static_input_ptrs:
@@ -109,11 +112,20 @@ class Recording:
         ]
         self._output_factories = [_output_factory(out) for out in self._output_aliases]
         self.output_storages = list(unowned.values())
-        return owners
+        # Our references to each storage: the storage object and each alias over it.
+        self.output_own_refs = [
+            torch._C._storage_Use_Count(storage._cdata) for storage in self.output_storages
+        ]
+        return list(owners)
 
-    def new_unowned_output_storages(self) -> list[torch.UntypedStorage]:
-        """Fresh unowned storages over the output memory (to be made its owners)."""
-        return [_unowned(s) for s in self.output_storages]
+    def output_is_dead(self, index: int) -> bool:
+        """True when nothing but this recording references output storage ``index``."""
+        storage = self.output_storages[index]
+        return torch._C._storage_Use_Count(storage._cdata) == self.output_own_refs[index]
+
+    def new_unowned_output_storage(self, index: int) -> torch.UntypedStorage:
+        """A fresh unowned storage over output memory ``index`` (to be made its owner)."""
+        return _unowned(self.output_storages[index])
 
 
 def _alias(output: Any) -> Any:

@@ -7,7 +7,7 @@ import logging
 
 log = logging.getLogger("inductor_xpugraph")
 
-COUNTER_NAMES = ("warmups", "records", "replays", "rerecords", "fallbacks")
+COUNTER_NAMES = ("warmups", "records", "replays", "rerecords", "fallbacks", "liveness_fallbacks")
 
 counters: collections.Counter[str] = collections.Counter()
 skip_reasons: collections.Counter[str] = collections.Counter()

@@ -16,9 +16,9 @@ outputs of all its ancestors are allocated, so the capture places nothing in the
 node is always captured after its ancestors. Replaying a path in order is therefore safe: a
 node's scratch may only overlap outputs of nodes captured *later*, which on this path have
 not run yet in this generation, and on other paths belong to older generations. Re-recording
-a node drops its subtree (its descendants were captured before the new recording). There is
-nothing like upstream's liveness checks to do before a replay: a node never reuses memory
-that an output of its path, live or not, occupies.
+a node drops its subtree (its descendants were captured before the new recording). The one
+exception, under allocator checkpointing: a capture may reuse outputs of its path that were
+already unreferenced; that node replays only while they still are (``memory``).
 
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward is pending (a forward ran since the last backward) — or, once the user has
@@ -45,6 +45,7 @@ import torch
 from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
 
+from . import stats
 from .backends import GraphBackend, backend_class
 from .invalidation import invalidator
 from .memory import OwnedOutputs, memory_strategy
@@ -81,7 +82,16 @@ def current_generation() -> int:
 class GraphNode:
     """One recording of one callable at one place of the tree."""
 
-    __slots__ = ("callable_id", "name", "phase", "parent", "children", "recording", "seq")
+    __slots__ = (
+        "callable_id",
+        "name",
+        "phase",
+        "parent",
+        "children",
+        "recording",
+        "seq",
+        "reused_outputs",
+    )
 
     def __init__(
         self,
@@ -99,6 +109,15 @@ class GraphNode:
         self.children: dict[tuple[int, tuple[int, ...]], GraphNode] = {}
         self.recording = recording
         self.seq = seq  # capture order: every descendant has a larger one
+        # (storage, own references) of outputs of earlier nodes of the path whose memory this
+        # node's capture may reuse: it replays only while they are unreferenced.
+        self.reused_outputs: tuple[tuple[torch.UntypedStorage, int], ...] = ()
+
+    def reused_memory_is_free(self) -> bool:
+        for storage, own_refs in self.reused_outputs:
+            if torch._C._storage_Use_Count(storage._cdata) != own_refs:
+                return False
+        return True
 
     def path_from_root(self) -> list[GraphNode]:
         path, node = [], self
@@ -122,17 +141,20 @@ class GraphTree:
         self.device = device
         self.backend: GraphBackend = backend_class(device_type)(int(index or 0))
         self.root = GraphNode(-1, "<root>", "root", None, None, 0)
+        # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
+        self.off_tree = GraphNode(-2, "<off tree>", "root", None, None, 0)
         self.current = self.root
         self.generation: int | None = None
         self.pending_backward = False
-        # Outputs handed out since the generation started, as (producer, outputs) pairs;
-        # the producer (a node, or the callable for warmup runs) has .name and .phase.
+        # Outputs handed out since the generation started, as (producer, weak references)
+        # pairs; the producer (a node, or the callable for warmup runs) has .name and .phase.
         self.handed_out: list[tuple[Any, Any]] = []
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
         self._pool: Any = None
         self._seq = itertools.count(1)
         self.memory = memory_strategy(self.backend)
+        self.owned_outputs_from_next_generation = False
         # Callables that no longer exist; their nodes are dropped off the fast path.
         self.forgotten_callables: list[int] = []
 
@@ -169,9 +191,34 @@ class GraphTree:
 
     def start_generation(self) -> None:
         self.invalidate_handed_out()
+        if self.owned_outputs_from_next_generation:
+            self.owned_outputs_from_next_generation = False
+            for child in list(self.root.children.values()):
+                self.drop_node(child)
+            self.memory = OwnedOutputs()
         self.current = self.root
         self.pending_backward = False
         self.generation = current_generation()
+
+    def hand_out(self, producer: Any, outputs: Any) -> None:
+        """Note outputs given to the caller in this generation, weakly: an output the caller
+        drops is freed as it would be without graphs, and counts as dead (``memory``)."""
+        self.handed_out.append(
+            (producer, [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)])
+        )
+
+    def leave_for_this_generation(self, node: GraphNode) -> None:
+        """The rest of this generation runs un-graphed: ``node`` may not replay because an
+        output whose memory it reuses is still referenced."""
+        if not stats.counters["liveness_fallbacks"]:
+            log.warning(
+                "inductor_xpugraph: %s was captured reusing the memory of earlier outputs of "
+                "its step that are still referenced now; the rest of this step runs "
+                "un-graphed (keep the same outputs alive in every step, or clone them)",
+                node.name,
+            )
+        stats.counters["liveness_fallbacks"] += 1
+        self.current = self.off_tree
 
     def invalidate_handed_out(self) -> None:
         handed_out, self.handed_out = self.handed_out, []
@@ -180,10 +227,9 @@ class GraphTree:
             return
         for producer, outputs in handed_out:
             message = stale_message(self.device, producer.name, producer.phase)
-            for output in outputs:
-                if isinstance(output, weakref.ref):  # a warmup output
-                    output = output()
-                if isinstance(output, torch.Tensor):
+            for ref in outputs:
+                output = ref()
+                if output is not None:
                     invalidate(output, message)
 
     # -- nodes --------------------------------------------------------------------------------
@@ -202,20 +248,26 @@ class GraphTree:
         return node
 
     def _fall_back_to_owned_outputs(self, node: GraphNode) -> None:
+        """The pool holds memory the strategy does not know of: no restore is safe now.
+
+        ``node`` keeps the outputs its capture allocated; the rest of this generation runs
+        un-graphed (``enter``), and the next one starts from an empty tree with owned outputs
+        (outputs handed out in this one stay valid until then).
+        """
         log.warning(
             "inductor_xpugraph: the %s graph pool holds memory that is not an output of the "
             "graphs on the current path (`%s` returned memory allocated outside its capture, "
             "or its capture kept an allocation alive); this tree uses owned outputs instead "
-            "of allocator checkpointing from now on",
+            "of allocator checkpointing from the next step on, and records its graphs again",
             self.device,
             node.name,
         )
-        keep = {self.root, *node.path_from_root()}
-        off_path = [n for n in self.nodes() if n.parent in keep and n not in keep]
-        self.memory = OwnedOutputs()
-        for other in off_path:  # their memory is no longer reserved: record them again
-            self.drop_node(other)
-        self.memory.adopt(node, self.pool)
+        OwnedOutputs().adopt(node, self.pool)
+        self.owned_outputs_from_next_generation = True
+
+    def enter(self, node: GraphNode) -> None:
+        """Make the node just run the current one (the end of the path so far)."""
+        self.current = self.off_tree if self.owned_outputs_from_next_generation else node
 
     def drop_node(self, node: GraphNode) -> None:
         """Forget ``node`` and its subtree; their graph memory returns to the pool."""
@@ -279,6 +331,7 @@ class GraphTree:
             self.forgotten_callables = []
             self._pool = None
             self.memory = memory_strategy(self.backend)
+            self.owned_outputs_from_next_generation = False
 
     def nodes(self) -> list[GraphNode]:
         return self.root.subtree()[1:]

@@ -106,10 +106,11 @@ class GraphedCallable:
     # -- slow paths ---------------------------------------------------------------------------
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
-        if self.fallen_back or tree.backend.is_capturing() or tree.current is tree.off_tree:
-            # Un-graphed for good, or someone else is capturing (run inside their capture),
-            # or this generation has left the tree.
+        if self.fallen_back or tree.backend.is_capturing():
+            # Un-graphed for good, or someone else is capturing: run inside their capture.
             return self.fn(args)
+        if tree.current is tree.off_tree:  # this generation has left the tree
+            return self._run_eagerly(tree, args)
         tree.drop_forgotten()
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
@@ -117,7 +118,7 @@ class GraphedCallable:
         node = tree.current.children.get((self.id, key))
         if node is not None and not node.reused_memory_is_free():
             tree.leave_for_this_generation(node)
-            return self.fn(args)
+            return self._run_eagerly(tree, args)
         if node is not None:  # recorded here, but a non-copied input moved
             return self._rerecord(tree, node, key, args)
         calls = self._calls_before_record.get(key, 0)
@@ -126,16 +127,21 @@ class GraphedCallable:
         if calls < config.warmup_runs:
             self._calls_before_record[key] = calls + 1
             stats.counters["warmups"] += 1
-            # Warmup outputs follow the same generation rules as replayed ones, so code
-            # that would read a stale output fails from the first call, not the third.
-            # An output may be an input object itself (a parameter saved for backward):
-            # those are not ours to invalidate. Held weakly: a warmup output the caller
-            # drops is freed at once, as it would be without graphs.
-            input_ids = {id(arg) for arg in args}
-            outputs = tree.backend.warmup(self.fn, args)
-            tree.hand_out(self, [out for out in outputs if id(out) not in input_ids])
-            return outputs
+            return self._run_eagerly(tree, args)
         return self._record(tree, key, args)
+
+    def _run_eagerly(self, tree: GraphTree, args: list[Any]) -> Any:
+        """Run un-graphed inside the tree's generation (a warmup, or a step off the tree).
+
+        The outputs follow the same generation rules as replayed ones, so code that would
+        read a stale output fails from the first call, not the third. An output may be an
+        input object itself (a parameter saved for backward): those are not ours to
+        invalidate.
+        """
+        input_ids = {id(arg) for arg in args}
+        outputs = tree.backend.warmup(self.fn, args)
+        tree.hand_out(self, [out for out in outputs if id(out) not in input_ids])
+        return outputs
 
     def _accept_new_size(self) -> bool:
         sizes_seen = len(self._calls_before_record)

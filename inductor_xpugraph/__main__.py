@@ -1,4 +1,5 @@
 """``python -m inductor_xpugraph demo``: see graph trees work on this machine.
+``python -m inductor_xpugraph inspect <export>``: what a precompiled export holds (``deploy``).
 
 Picks xpu, else cuda, else the CPU emulator; compiles a small model with
 ``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, the runtime
@@ -101,6 +102,17 @@ def time_per_call(fn, x, device: str, calls: int = 50, repeats: int = 7) -> floa
     return statistics.median(samples)
 
 
+def inspect_artifact(args: argparse.Namespace) -> int:
+    from .deploy import ArtifactError, describe
+
+    try:
+        print(describe(args.artifact, source=not args.no_source))
+    except ArtifactError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inductor_xpugraph")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -108,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     demo_parser.add_argument("--device", choices=("xpu", "cuda", "cpu"), default=None)
     demo_parser.add_argument("--layers", type=int, default=16)
     demo_parser.set_defaults(run=demo)
+    inspect_parser = commands.add_parser(
+        "inspect", help="print what an export (inductor_xpugraph.deploy.export) holds"
+    )
+    inspect_parser.add_argument("artifact", help="the export's directory")
+    inspect_parser.add_argument("--no-source", action="store_true", help="omit wrapper source")
+    inspect_parser.set_defaults(run=inspect_artifact)
     args = parser.parse_args(argv)
     return args.run(args)
 

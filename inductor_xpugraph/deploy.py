@@ -1,0 +1,226 @@
+"""Precompiled wrappers that keep their graphs: export once, load in a serving process, inspect.
+
+Our capture and replay calls live in the generated wrapper's source, so they survive
+``torch._inductor.standalone_compile``: the artifact it saves holds that source, and loading it
+anywhere runs the wrapper, whose own ``import inductor_xpugraph.trees`` brings the runtime
+(upstream's loader switches Inductor's own CUDA graphs off on this path; ours stay).
+
+An export is a directory:
+
+    <dir>/artifact/ or <dir>/artifact.bin    standalone_compile(...).save(format=...)
+    <dir>/inductor_xpugraph.json             the manifest: versions, device, format, the
+                                             graphs the wrapper captures and its source
+
+``export(fn, example_inputs, dir)`` writes one; ``load(dir)`` checks the manifest against this
+process (versions, device present, files intact) and returns the compiled callable;
+``describe(dir)`` (``python -m inductor_xpugraph inspect <dir>``) prints what it holds.
+``torch._inductor.CompiledArtifact.load(path=<dir>/artifact, format="unpacked")`` alone works
+too, without these checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._version import __version__
+from .codegen import disable, enable, enabled_devices
+
+MANIFEST = "inductor_xpugraph.json"
+MANIFEST_VERSION = 1
+FORMATS = {"unpacked": "artifact", "binary": "artifact.bin"}
+
+
+class ArtifactError(RuntimeError):
+    """An export that cannot be loaded here: missing, corrupt, or built for another setup."""
+
+
+def export(
+    fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    path: str | Path,
+    *,
+    format: str = "unpacked",
+) -> Path:
+    """Compile ``fn`` for ``example_inputs`` with graphs on, and save it to directory ``path``.
+
+    ``fn`` is an ``fx.GraphModule`` or a function traceable by ``make_fx`` (tensor ops only).
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {sorted(FORMATS)}, got {format!r}")
+    path = Path(path)
+    if path.exists() and any(path.iterdir()):
+        raise FileExistsError(f"inductor_xpugraph.export: {path} exists and is not empty")
+    example_inputs = list(example_inputs)
+    device_type = _device_type_of(example_inputs)
+    if isinstance(fn, torch.fx.GraphModule):
+        gm = fn
+    else:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        gm = make_fx(fn)(*example_inputs)
+    from torch._inductor import standalone_compile
+
+    with _enabled(device_type):
+        artifact = standalone_compile(
+            gm, example_inputs, options={"config_patches": {"triton.cudagraphs": True}}
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as unpacked:
+        artifact.save(path=unpacked, format="unpacked")
+        wrappers = _wrapper_sources(Path(unpacked))
+        if format == "unpacked":
+            shutil.copytree(unpacked, path / FORMATS[format])
+    if format == "binary":
+        artifact.save(path=str(path / FORMATS[format]), format="binary")
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "inductor_xpugraph": __version__,
+        "torch": torch.__version__,
+        "device_type": device_type,
+        "format": format,
+        "graphs": [graph for source in wrappers for graph in graphified_calls(source)],
+        "wrappers": wrappers,
+    }
+    (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return path
+
+
+def load(path: str | Path) -> Callable[..., Any]:
+    """The compiled callable of an export, after checking it can run in this process."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    for package, built_with, here in (
+        ("inductor_xpugraph", manifest["inductor_xpugraph"], __version__),
+        ("torch", manifest["torch"], torch.__version__),
+    ):
+        if built_with != here:
+            raise ArtifactError(
+                f"{path} was exported with {package} {built_with}; this process has {here}. "
+                f"Export it again with this version."
+            )
+    device_type = manifest["device_type"]
+    if device_type != "cpu" and not getattr(torch, device_type).is_available():
+        raise ArtifactError(
+            f"{path} was compiled for {device_type}, but torch.{device_type}.is_available() "
+            f"is False in this process"
+        )
+    artifact = path / FORMATS[manifest["format"]]
+    if not artifact.exists():
+        raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
+    from torch._inductor import CompiledArtifact
+
+    try:
+        return CompiledArtifact.load(path=str(artifact), format=manifest["format"])
+    except Exception as error:
+        raise ArtifactError(f"{artifact} could not be loaded (corrupt?): {error}") from error
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise ArtifactError(f"{path} is not an inductor_xpugraph export (no such directory)")
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        raise ArtifactError(f"{path} is not an inductor_xpugraph export (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        version = manifest["manifest_version"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ArtifactError(f"{manifest_path} is corrupt: {error}") from None
+    if version != MANIFEST_VERSION:
+        raise ArtifactError(
+            f"{manifest_path} has manifest version {version}; this inductor_xpugraph "
+            f"({__version__}) reads version {MANIFEST_VERSION}"
+        )
+    return manifest
+
+
+def describe(path: str | Path, *, source: bool = True) -> str:
+    """What an export holds: versions, device, the graphs it captures, the wrapper source."""
+    manifest = read_manifest(Path(path))
+    lines = [
+        f"{path}: {manifest['format']} standalone_compile artifact for {manifest['device_type']}",
+        f"  exported with inductor_xpugraph {manifest['inductor_xpugraph']}, "
+        f"torch {manifest['torch']}",
+        f"  graphs captured and replayed ({len(manifest['graphs'])}):",
+    ]
+    for graph in manifest["graphs"]:
+        lines.append(
+            f"    {graph['name']}: {graph['phase']} on {graph['device']}, "
+            f"static inputs {graph['static_inputs']}, mutated {graph['mutated_inputs']}"
+        )
+    if not manifest["graphs"]:
+        lines.append("    none: the wrapper runs un-graphed (see the record_skip reasons below)")
+    if source:
+        for index, wrapper in enumerate(manifest["wrappers"]):
+            lines += ["", f"# ---- wrapper source {index} ----", wrapper]
+    return "\n".join(lines)
+
+
+def graphified_calls(source: str) -> list[dict[str, Any]]:
+    """The ``graphify(...)`` calls of a generated wrapper, with their baked-in metadata."""
+    graphs = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "graphify"
+        ):
+            fields = {kw.arg: _literal(kw.value) for kw in node.keywords}
+            fields["callable"] = ast.unparse(node.args[0]) if node.args else None
+            graphs.append(fields)
+    return graphs
+
+
+def _literal(node: ast.expr) -> Any:
+    # Tuples may hold `*range(a, b)` (how the templates compact index runs).
+    if isinstance(node, ast.Tuple):
+        values: list[Any] = []
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                call = element.value
+                assert isinstance(call, ast.Call) and ast.unparse(call.func) == "range"
+                values.extend(range(*[ast.literal_eval(arg) for arg in call.args]))
+            else:
+                values.append(ast.literal_eval(element))
+        return values
+    return ast.literal_eval(node)
+
+
+def _wrapper_sources(directory: Path) -> list[str]:
+    sources = []
+    for file in sorted(directory.rglob("*.py")):
+        text = file.read_text()
+        if "import inductor_xpugraph.trees" in text:
+            sources.append(text)
+    return sources
+
+
+def _device_type_of(example_inputs: Sequence[Any]) -> str:
+    types = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    accelerators = types - {"cpu"}
+    if not types or len(accelerators) > 1:
+        raise ValueError(
+            f"inductor_xpugraph.export: example inputs must hold tensors of one device "
+            f"(plus cpu), got {sorted(types)}"
+        )
+    return accelerators.pop() if accelerators else "cpu"
+
+
+@contextlib.contextmanager
+def _enabled(device_type: str) -> Iterator[None]:
+    was_enabled = device_type in enabled_devices()
+    enable(device_type)
+    try:
+        yield
+    finally:
+        if not was_enabled:
+            disable(device_type)

@@ -26,9 +26,10 @@ while those outputs are still unreferenced (``GraphNode.reused_outputs``, checke
 replay). If one is alive, the rest of the generation runs un-graphed
 (``stats()["liveness_fallbacks"]``).
 
-After each capture the strategy checks that the pool holds exactly the pool path's outputs;
-anything else (an output that is not pool memory, a capture that kept an allocation) makes
-the tree fall back to ``OwnedOutputs`` for good, with a warning.
+After each capture the strategy checks that the pool holds exactly the pool path's live
+outputs; anything else (an output that is not pool memory, a capture that kept an allocation)
+makes the rest of that generation run un-graphed and the tree start again from the next one
+with ``OwnedOutputs``, with a warning (``GraphTree._fall_back_to_owned_outputs``).
 """
 
 from __future__ import annotations

@@ -83,15 +83,10 @@ class CheckpointedPool:
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         """Allocate exactly the live outputs of root..parent; free everything else."""
         wanted = self.allocated_at.get(parent, frozenset())
-        held = {
-            (node, index)
-            for node in self.pool_path
-            for index, owner in enumerate(node.recording.output_owners)
-            if owner is not None
-        }
+        held = set(self._held())
         for node, index in held - wanted:
             self._free(node, index)
-        missing = sorted(wanted - held, key=lambda item: (item[0].seq, item[1]))
+        missing = _in_capture_order(wanted - held)
         if missing:
             owners = [node.recording.new_unowned_output_storage(index) for node, index in missing]
             self.backend.restore_pool(pool, self.checkpoints[parent], owners)
@@ -102,7 +97,7 @@ class CheckpointedPool:
         # their memory. The new node records them; it replays only while they stay dead.
         self._freed_for_capture = [
             (node, index)
-            for node, index in sorted(wanted, key=lambda item: (item[0].seq, item[1]))
+            for node, index in _in_capture_order(wanted)
             if node.recording.output_is_dead(index)
         ]
         for node, index in self._freed_for_capture:
@@ -110,12 +105,7 @@ class CheckpointedPool:
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording
-        held = [
-            (path_node, index)
-            for path_node in self.pool_path
-            for index, owner in enumerate(path_node.recording.output_owners)
-            if owner is not None
-        ]
+        held = self._held()
         expected = [n.recording.output_owners[i] for n, i in held] + recording.output_storages
         if not self.backend.pool_holds_exactly(pool, expected):
             return False
@@ -152,11 +142,24 @@ class CheckpointedPool:
             if owner is not None
         )
 
+    def _held(self) -> list[tuple[GraphNode, int]]:
+        """The outputs, as (node, output index), that own pool memory now."""
+        return [
+            (node, index)
+            for node in self.pool_path
+            for index, owner in enumerate(node.recording.output_owners)
+            if owner is not None
+        ]
+
     def _free(self, node: GraphNode, index: int) -> None:
         owner = node.recording.output_owners[index]
         if owner is not None:
             self.backend.free_storages([owner])
             node.recording.output_owners[index] = None
+
+
+def _in_capture_order(outputs) -> list[tuple[GraphNode, int]]:
+    return sorted(outputs, key=lambda output: (output[0].seq, output[1]))
 
 
 def memory_strategy(backend: GraphBackend) -> OwnedOutputs | CheckpointedPool:

@@ -15,7 +15,7 @@ under allocator checkpointing, owners that the tree frees and re-creates (``memo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,15 +28,17 @@ class Recording:
         self,
         graph: Graph,
         *,
-        static_inputs: Sequence[tuple[int, torch.Tensor]],
+        static_inputs: Sequence[tuple[int, int, int]],
         copied_inputs: Sequence[int],
         input_buffers: Sequence[torch.Tensor],
         captured_outputs: Any,
+        path_storages: Mapping[int, torch.UntypedStorage] | None = None,
     ) -> None:
+        """``static_inputs``: (input index, address, storage address) at capture of every
+        tensor input that is not copied: parameters and buffers, and outputs of earlier
+        graphs on the tree path, whose storages ``path_storages`` holds by address."""
         self.graph = graph
-        # (input index, address at capture) of every tensor input that is not copied:
-        # parameters and buffers, and outputs of earlier graphs on the tree path.
-        self.static_input_ptrs = tuple((i, t.data_ptr()) for i, t in static_inputs)
+        self.static_input_ptrs = tuple((i, ptr) for i, ptr, _ in static_inputs)
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
@@ -50,11 +52,14 @@ class Recording:
         )
         # The recording holds its own aliases, never the captured objects: an output may be a
         # caller's tensor (an input returned as is), which can later be invalidated as stale.
-        self._output_aliases = [_alias(out) for out in outputs]
+        # An output in the memory of an earlier graph's output is rebuilt over that output's
+        # storage, so that it counts as a use of it (the capture may have seen a lent owner).
+        path_storages = path_storages or {}
+        self._output_aliases = [_alias(out, path_storages) for out in outputs]
         self._output_factories = [_output_factory(out) for out in self._output_aliases]
         # Memory the capture allocated for the outputs: not that of a static input (a
         # parameter returned as is) nor that of an input buffer (a view of a copied input).
-        not_allocated = {t.untyped_storage().data_ptr() for _, t in static_inputs}
+        not_allocated = {storage_ptr for _, _, storage_ptr in static_inputs}
         not_allocated |= {b.untyped_storage().data_ptr() for b in self.input_buffers}
         self.output_storages = [
             s for s in _unique_storages(outputs) if s.data_ptr() not in not_allocated
@@ -128,10 +133,15 @@ class Recording:
         return _unowned(self.output_storages[index])
 
 
-def _alias(output: Any) -> Any:
+def _alias(output: Any, path_storages: Mapping[int, torch.UntypedStorage]) -> Any:
+    if not isinstance(output, torch.Tensor):
+        return output
+    storage = path_storages.get(output.untyped_storage().data_ptr())
+    if storage is not None:
+        return _alias_over(output, storage)
     # detach(): a new tensor over the same storage, offset, sizes and strides, with no
     # autograd history and not an autograd view.
-    return output.detach() if isinstance(output, torch.Tensor) else output
+    return output.detach()
 
 
 def _output_factory(alias: Any) -> Callable[[], Any]:

@@ -23,6 +23,10 @@ import torch
 from .backends import Graph
 
 
+# torch's C++ loop over input addresses (CUDA builds); elsewhere the Python loop.
+_data_ptrs_at_indices_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+
 class Recording:
     def __init__(
         self,
@@ -39,13 +43,18 @@ class Recording:
         graphs on the tree path, whose storages ``path_storages`` holds by address."""
         self.graph = graph
         self.static_input_ptrs = tuple((i, ptr) for i, ptr, _ in static_inputs)
+        # The same, as torch's C++ check wants them (a model has hundreds of parameters).
+        self._static_indices = [i for i, _ in self.static_input_ptrs]
+        self._ptr_by_index: list[int | None] = [None] * (max(self._static_indices, default=-1) + 1)
+        for i, ptr in self.static_input_ptrs:
+            self._ptr_by_index[i] = ptr
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
         # so that a copy never writes one memory location twice.
         self._copy_targets = [writable_view(buffer) for buffer in self.input_buffers]
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
-        self._any_expanded = any(self._expanded)
+        self._copy_inputs = _input_copier(self.copied_inputs, self._copy_targets, self._expanded)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
@@ -57,6 +66,7 @@ class Recording:
         path_storages = path_storages or {}
         self._output_aliases = [_alias(out, path_storages) for out in outputs]
         self._output_factories = [_output_factory(out) for out in self._output_aliases]
+        self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
         # Memory the capture allocated for the outputs: not that of a static input (a
         # parameter returned as is) nor that of an input buffer (a view of a copied input).
         not_allocated = {storage_ptr for _, _, storage_ptr in static_inputs}
@@ -70,33 +80,27 @@ class Recording:
         self.output_own_refs: list[int] = []
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
+        """True when every non-copied input still has its address at capture."""
+        if _data_ptrs_at_indices_equal is not None and self.static_input_ptrs:
+            return _data_ptrs_at_indices_equal(args, self._ptr_by_index, self._static_indices)
         for index, ptr in self.static_input_ptrs:
             if args[index].data_ptr() != ptr:
                 return False
         return True
 
     def replay(self, args: list[Any]) -> Any:
-        if self.copied_inputs:
-            self.copy_inputs(args)
+        self._copy_inputs(args)
         args.clear()
         self.graph.replay()
-        return self.outputs()
+        return self._build_outputs()
 
     def copy_inputs(self, args: Sequence[Any]) -> None:
-        sources = [args[i] for i in self.copied_inputs]
-        if self._any_expanded:
-            sources = [
-                writable_view(src) if expanded else src
-                for src, expanded in zip(sources, self._expanded)
-            ]
-        if len(sources) == 1:
-            self._copy_targets[0].copy_(sources[0])
-        else:  # one batched launch for all inputs
-            torch._foreach_copy_(self._copy_targets, sources)
+        """Copy the non-static inputs into the static buffers (see ``_input_copier``)."""
+        self._copy_inputs(args)
 
     def outputs(self) -> Any:
-        outputs = [make() for make in self._output_factories]
-        return tuple(outputs) if self._output_is_tuple else outputs
+        """New tensor objects over the output memory (see ``_outputs_builder``)."""
+        return self._build_outputs()
 
     def output_bytes(self) -> int:
         return sum(storage.nbytes() for storage in self.output_storages)
@@ -116,6 +120,7 @@ class Recording:
             for alias in self._output_aliases
         ]
         self._output_factories = [_output_factory(out) for out in self._output_aliases]
+        self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
         self.output_storages = list(unowned.values())
         # Our references to each storage: the storage object and each alias over it.
         self.output_own_refs = [
@@ -152,6 +157,47 @@ def _output_factory(alias: Any) -> Callable[[], Any]:
     # outputs are distinct objects, so autograd metadata attached to one never leaks into
     # another.
     return alias.detach
+
+
+# The two per-replay steps are specialised once, at record time, for what the graph has:
+# most graphs have zero or one copied input and one output, and a replay of ``x + 1`` is
+# dominated by this Python (measured by benchmarks/replay_path.py).
+
+
+def _input_copier(
+    indices: tuple[int, ...], targets: list[torch.Tensor], expanded: list[bool]
+) -> Callable[[Sequence[Any]], Any]:
+    if not indices:
+        return _no_inputs_to_copy
+    if len(indices) == 1 and not expanded[0]:
+        (index,), (target,) = indices, targets
+        return lambda args: target.copy_(args[index])
+    if not any(expanded):
+        return lambda args: torch._foreach_copy_(targets, [args[i] for i in indices])
+
+    def copy_expanded(args: Sequence[Any]) -> None:
+        sources = [
+            writable_view(args[i]) if is_expanded else args[i]
+            for i, is_expanded in zip(indices, expanded)
+        ]
+        torch._foreach_copy_(targets, sources)  # one batched launch for all inputs
+
+    return copy_expanded
+
+
+def _no_inputs_to_copy(args: Sequence[Any]) -> None:
+    pass
+
+
+def _outputs_builder(
+    factories: list[Callable[[], Any]], as_tuple: bool
+) -> Callable[[], tuple[Any, ...] | list[Any]]:
+    if as_tuple and len(factories) == 1:
+        (make,) = factories
+        return lambda: (make(),)
+    if as_tuple:
+        return lambda: tuple([make() for make in factories])
+    return lambda: [make() for make in factories]
 
 
 def _unowned(storage: torch.UntypedStorage) -> torch.UntypedStorage:

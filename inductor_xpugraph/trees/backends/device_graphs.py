@@ -41,6 +41,8 @@ class DeviceGraphBackend(GraphBackend):
         # Captures run on a dedicated stream, as upstream's trees do: the user's current
         # stream is never put into capture mode.
         self.capture_stream = module.Stream(device=device_index)
+        # Checked before every replay: the module function itself, resolved once.
+        self.is_capturing = module.is_current_stream_capturing
 
     def new_pool(self) -> Any:
         return self.device_module.graph_pool_handle()
@@ -75,7 +77,7 @@ class DeviceGraphBackend(GraphBackend):
         caller_stream.wait_stream(self.capture_stream)
         return graph, outputs
 
-    def is_capturing(self) -> bool:
+    def is_capturing(self) -> bool:  # replaced per instance in __init__
         return self.device_module.is_current_stream_capturing()
 
     def synchronize(self) -> None:

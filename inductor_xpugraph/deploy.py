@@ -13,7 +13,9 @@ An export is a directory:
 
 ``export(fn, example_inputs, dir)`` writes one; ``load(dir)`` checks the manifest against this
 process (versions, device present, files intact) and returns the compiled callable;
-``describe(dir)`` (``python -m inductor_xpugraph inspect <dir>``) prints what it holds.
+``describe(dir)`` (``python -m inductor_xpugraph inspect <dir>``) prints what it holds;
+``wrapper_modules(dir)`` lists an unpacked export's generated modules, which run directly
+(``python <module>.py``) time graph replays through Inductor's benchmark harness.
 ``torch._inductor.CompiledArtifact.load(path=<dir>/artifact, format="unpacked")`` alone works
 too, without these checks.
 """
@@ -35,6 +37,7 @@ from ._version import __version__
 from .codegen import disable, enable, enabled_devices
 
 MANIFEST = "inductor_xpugraph.json"
+RUNTIME_IMPORT = "import inductor_xpugraph.trees"
 MANIFEST_VERSION = 1
 FORMATS = {"unpacked": "artifact", "binary": "artifact.bin"}
 
@@ -159,6 +162,9 @@ def describe(path: str | Path, *, source: bool = True) -> str:
         )
     if not manifest["graphs"]:
         lines.append("    none: the wrapper runs un-graphed (see the record_skip reasons below)")
+    with contextlib.suppress(ArtifactError):
+        for module in wrapper_modules(path):
+            lines.append(f"  run directly to time replays: python {module}")
     if source:
         for index, wrapper in enumerate(manifest["wrappers"]):
             lines += ["", f"# ---- wrapper source {index} ----", wrapper]
@@ -195,13 +201,37 @@ def _literal(node: ast.expr) -> Any:
     return ast.literal_eval(node)
 
 
+def wrapper_modules(path: str | Path) -> list[Path]:
+    """The generated wrapper modules of an unpacked export, to run as scripts.
+
+    ``python <module>.py [--times N --repeat M]`` runs the benchmark harness Inductor appends
+    to every wrapper: it times ``call``, which the module has already wrapped with
+    ``graphify``, so after the warmup and the capture every timed call is a graph replay.
+    A binary export holds its modules inside ``artifact.bin``: export with
+    ``format="unpacked"`` to run them.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    if manifest["format"] != "unpacked":
+        raise ArtifactError(
+            f"{path} is a {manifest['format']} export: its wrapper modules are packed inside "
+            f"{FORMATS[manifest['format']]}. Export with format='unpacked' to run them directly."
+        )
+    artifact = path / FORMATS["unpacked"]
+    if not artifact.is_dir():
+        raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
+    modules = _wrapper_files(artifact)
+    if not modules:
+        raise ArtifactError(f"{artifact} holds no wrapper module that imports inductor_xpugraph")
+    return modules
+
+
+def _wrapper_files(directory: Path) -> list[Path]:
+    return [file for file in sorted(directory.rglob("*.py")) if RUNTIME_IMPORT in file.read_text()]
+
+
 def _wrapper_sources(directory: Path) -> list[str]:
-    sources = []
-    for file in sorted(directory.rglob("*.py")):
-        text = file.read_text()
-        if "import inductor_xpugraph.trees" in text:
-            sources.append(text)
-    return sources
+    return [file.read_text() for file in _wrapper_files(directory)]
 
 
 def _device_type_of(example_inputs: Sequence[Any]) -> str:

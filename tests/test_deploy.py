@@ -1,16 +1,29 @@
-"""Precompiled exports keep their graphs in a fresh process that only imports torch."""
+"""Precompiled code keeps its graphs in a fresh process that only imports torch.
+
+Four ways to ship compiled code: our export (``standalone_compile`` artifacts),
+``torch.compile(...).aot_compile`` + ``save_compiled_function``, the mega-cache
+(``save_cache_artifacts``), and the generated wrapper module run as a script.
+"""
 
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.deploy import MANIFEST, ArtifactError, export, graphified_calls, load
+from inductor_xpugraph.deploy import (
+    MANIFEST,
+    ArtifactError,
+    export,
+    graphified_calls,
+    load,
+    wrapper_modules,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,8 +46,8 @@ def exported(request, tmp_path_factory):
     return path
 
 
-def run_fresh(code: str, path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, INDUCTOR_XPUGRAPH_DEVICES="", PYTHONPATH=REPO)
+def run_fresh(code: str, path, **env_overrides) -> subprocess.CompletedProcess:
+    env = {**os.environ, "INDUCTOR_XPUGRAPH_DEVICES": "", "PYTHONPATH": REPO, **env_overrides}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), str(path)],
         capture_output=True,
@@ -156,3 +169,161 @@ def test_graphify_calls_are_read_with_compacted_index_runs():
     )
     (graph,) = graphified_calls(source)
     assert graph["static_inputs"] == [0, 2, 3, 4] and graph["phase"] == "forward"
+
+
+def test_wrapper_modules_of_a_binary_export_say_to_export_unpacked(exported):
+    if json.loads((exported / MANIFEST).read_text())["format"] == "unpacked":
+        assert [m.suffix for m in wrapper_modules(exported)] == [".py"]
+    else:
+        with pytest.raises(ArtifactError, match="format='unpacked'"):
+            wrapper_modules(exported)
+
+
+# ---- the other ways to ship compiled code ------------------------------------------------
+# Each runs the loading side in a fresh process that imports torch only (plus, for the
+# mega-cache, the extension: see that test), checks numerics against eager, and prints one
+# JSON line: our counters, and Inductor's FX-cache counters (a miss is a compile).
+
+GPU = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device"),
+]
+DEPLOY_DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=GPU)]
+
+# Defines `mlp`, `inputs` (seeded, on `device`) and `check(fn)`: four calls, each compared with
+# eager, then the JSON report. Prepended to the code of every fresh process below.
+FRESH_PRELUDE = """
+import json, sys, torch
+from torch._dynamo.utils import counters
+device = {device!r}
+def mlp(x, w1, w2):
+    return torch.relu(x @ w1) @ w2 + 1
+torch.manual_seed(0)
+inputs = [torch.randn(*shape, device=device) for shape in ((8, 16), (16, 16), (16, 4))]
+def check(fn, calls=4):
+    for _ in range(calls):
+        out = fn(*inputs)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        torch.testing.assert_close(out, mlp(*inputs))
+def report():
+    import inductor_xpugraph
+    print(json.dumps({{
+        "stats": inductor_xpugraph.stats(),
+        "fx_misses": counters["inductor"]["fxgraph_cache_miss"],
+        "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
+        "aot_autograd_hits": counters["aot_autograd"]["autograd_cache_hit"],
+    }}))
+"""
+
+
+def run_fresh_on(device: str, code: str, path, **env) -> dict:
+    proc = run_fresh(FRESH_PRELUDE.format(device=device) + textwrap.dedent(code), path, **env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_replayed_without_compiling(result, calls=4):
+    # First call warms up, the second captures, every later one replays.
+    assert result["stats"]["records"] == 1, result
+    assert result["stats"]["replays"] == calls - 2, result
+    assert result["fx_misses"] == 0, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deploy_device", DEPLOY_DEVICES)
+def test_aot_compiled_function_loads_in_a_torch_only_process_and_replays(deploy_device, tmp_path):
+    inductor_xpugraph.enable(deploy_device)
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    torch.manual_seed(0)
+    inputs = [torch.randn(*s, device=deploy_device) for s in ((8, 16), (16, 16), (16, 4))]
+    # torch 2.11 attaches `.aot_compile` only with this flag on (2.13: on by default).
+    with torch._dynamo.config.patch(enable_aot_compile=True):
+        compiled = torch.compile(mlp, mode="reduce-overhead", fullgraph=True)
+        aot = compiled.aot_compile((tuple(inputs), {}))
+    aot.save_compiled_function(str(tmp_path / "mlp.aot"))
+    torch._dynamo.reset()
+
+    result = run_fresh_on(
+        deploy_device,
+        """
+        with open(sys.argv[1], "rb") as file:
+            fn = torch.compiler.load_compiled_function(file)
+        check(fn)
+        report()
+        """,
+        tmp_path / "mlp.aot",
+    )
+    assert_replayed_without_compiling(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deploy_device", DEPLOY_DEVICES)
+def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
+    deploy_device, tmp_path, monkeypatch
+):
+    # The FX/AOTAutograd cache keys hold the uuid of every device's registered pass, ours
+    # included, so the loading process must enable the extension for the same devices as the
+    # saving one (here: INDUCTOR_XPUGRAPH_DEVICES) before torch.compile looks the graph up;
+    # otherwise it misses and compiles a stock wrapper (see test_cache.py). A cache-key tag of
+    # this test's own keeps the graph's entries out of the loader's cache directory (the
+    # session's, where its kernels are already built), and the compile here writes its entries
+    # into an empty directory: the loader can only hit through the artifacts.
+    tag = f"test_deploy-{uuid.uuid4().hex}"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    inductor_xpugraph.enable(deploy_device)
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    torch.manual_seed(0)
+    inputs = [torch.randn(*s, device=deploy_device) for s in ((8, 16), (16, 16), (16, 4))]
+    with torch.compiler.config.patch(cache_key_tag=tag):
+        compiled = torch.compile(mlp, mode="reduce-overhead")
+        for _ in range(3):
+            compiled(*inputs)
+        artifacts, info = torch.compiler.save_cache_artifacts()
+    torch._dynamo.reset()
+    assert inductor_xpugraph.stats()["replays"] == 1 and info.inductor_artifacts
+    devices = ",".join(inductor_xpugraph.enabled_devices())
+    (tmp_path / "mega").write_bytes(artifacts)
+    monkeypatch.undo()
+
+    result = run_fresh_on(
+        deploy_device,
+        """
+        with open(sys.argv[1], "rb") as file:
+            torch.compiler.load_cache_artifacts(file.read())
+        import inductor_xpugraph  # enables INDUCTOR_XPUGRAPH_DEVICES
+        check(torch.compile(mlp, mode="reduce-overhead"))
+        report()
+        """,
+        tmp_path / "mega",
+        TORCH_COMPILE_CACHE_KEY_TAG=tag,
+        INDUCTOR_XPUGRAPH_DEVICES=devices,
+    )
+    assert_replayed_without_compiling(result)
+    assert result["fx_hits"] == 1 and result["aot_autograd_hits"] == 1
+
+
+@pytest.fixture(scope="module", params=DEPLOY_DEVICES)
+def unpacked_export(request, tmp_path_factory):
+    torch.manual_seed(0)
+    inputs = [torch.randn(*s, device=request.param) for s in ((8, 16), (16, 16), (16, 4))]
+    return export(mlp, inputs, tmp_path_factory.mktemp("module") / "mlp", format="unpacked")
+
+
+@pytest.mark.slow
+def test_wrapper_module_run_as_a_script_times_graph_replays(unpacked_export):
+    (module,) = wrapper_modules(unpacked_export)
+    # What `python <module>.py --times 3 --repeat 2` runs, then our counters.
+    result = run_fresh_on(
+        "cpu",  # the prelude's inputs are not used: the harness makes its own
+        """
+        import runpy
+        sys.argv = [sys.argv[1], "--times", "3", "--repeat", "2"]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        report()
+        """,
+        module,
+    )
+    assert_replayed_without_compiling(result, calls=3 * 2)
+    assert result["stats"]["warmups"] == 1

@@ -19,6 +19,7 @@ import inductor_xpugraph
 from inductor_xpugraph.deploy import (
     MANIFEST,
     ArtifactError,
+    describe,
     export,
     graphified_calls,
     load,
@@ -171,12 +172,10 @@ def test_graphify_calls_are_read_with_compacted_index_runs():
     assert graph["static_inputs"] == [0, 2, 3, 4] and graph["phase"] == "forward"
 
 
-def test_wrapper_modules_of_a_binary_export_say_to_export_unpacked(exported):
-    if json.loads((exported / MANIFEST).read_text())["format"] == "unpacked":
-        assert [m.suffix for m in wrapper_modules(exported)] == [".py"]
-    else:
-        with pytest.raises(ArtifactError, match="format='unpacked'"):
-            wrapper_modules(exported)
+def test_wrapper_modules_of_a_binary_export_say_to_export_unpacked(exported, tmp_path):
+    copy = edited_copy(exported, tmp_path, lambda d, m: m.update(format="binary"))
+    with pytest.raises(ArtifactError, match="format='unpacked'"):
+        wrapper_modules(copy)
 
 
 # ---- the other ways to ship compiled code ------------------------------------------------
@@ -327,3 +326,8 @@ def test_wrapper_module_run_as_a_script_times_graph_replays(unpacked_export):
     )
     assert_replayed_without_compiling(result, calls=3 * 2)
     assert result["stats"]["warmups"] == 1
+
+
+def test_describe_of_an_unpacked_export_names_the_module_to_run(unpacked_export):
+    (module,) = wrapper_modules(unpacked_export)
+    assert f"run directly to time replays: python {module}" in describe(unpacked_export)

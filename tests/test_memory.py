@@ -31,6 +31,9 @@ class ModelPool:
             self.allocated.add(1)  # an allocation no output accounts for
         return outputs
 
+    def new_pool(self):
+        return object()
+
     def checkpoint_pool(self, pool):
         return frozenset(self.allocated)
 
@@ -171,6 +174,8 @@ def test_pool_memory_no_output_accounts_for_switches_the_tree_to_owned_outputs(t
     assert tree.current is tree.off_tree  # the rest of this step runs un-graphed
     assert c.recording.output_owners[0] is not None
     assert a.recording.output_owners[0] is not None  # a_out is still valid in this step
+    old_pool = tree._pool
     tree.start_generation()
     assert isinstance(tree.memory, OwnedOutputs)
-    assert tree.nodes() == []  # recorded again, with owned outputs
+    assert tree.nodes() == []  # recorded again, with owned outputs, into a fresh pool
+    assert tree._pool is None and tree.pool is not old_pool

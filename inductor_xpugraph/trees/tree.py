@@ -195,6 +195,8 @@ class GraphTree:
             self.owned_outputs_from_next_generation = False
             for child in list(self.root.children.values()):
                 self.drop_node(child)
+            # A fresh pool too: once its last graph is gone, a device may release the old one.
+            self._pool = None
             self.memory = OwnedOutputs()
         self.current = self.root
         self.pending_backward = False

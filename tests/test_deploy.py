@@ -221,6 +221,25 @@ def run_fresh_on(device: str, code: str, path, **env) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(params=DEPLOY_DEVICES)
+def deploy_device(request):
+    """The device to compile for, with graphs on here; restores the registration after."""
+    was_enabled = request.param in inductor_xpugraph.enabled_devices()
+    inductor_xpugraph.enable(request.param)
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    yield request.param
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    if not was_enabled:
+        inductor_xpugraph.disable(request.param)
+
+
+def device_inputs(device):
+    torch.manual_seed(0)
+    return [torch.randn(*shape, device=device) for shape in ((8, 16), (16, 16), (16, 4))]
+
+
 def assert_replayed_without_compiling(result, calls=4):
     # First call warms up, the second captures, every later one replays.
     assert result["stats"]["records"] == 1, result
@@ -229,19 +248,13 @@ def assert_replayed_without_compiling(result, calls=4):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("deploy_device", DEPLOY_DEVICES)
 def test_aot_compiled_function_loads_in_a_torch_only_process_and_replays(deploy_device, tmp_path):
-    inductor_xpugraph.enable(deploy_device)
-    torch._dynamo.reset()
-    inductor_xpugraph.reset()
-    torch.manual_seed(0)
-    inputs = [torch.randn(*s, device=deploy_device) for s in ((8, 16), (16, 16), (16, 4))]
+    inputs = device_inputs(deploy_device)
     # torch 2.11 attaches `.aot_compile` only with this flag on (2.13: on by default).
     with torch._dynamo.config.patch(enable_aot_compile=True):
         compiled = torch.compile(mlp, mode="reduce-overhead", fullgraph=True)
         aot = compiled.aot_compile((tuple(inputs), {}))
     aot.save_compiled_function(str(tmp_path / "mlp.aot"))
-    torch._dynamo.reset()
 
     result = run_fresh_on(
         deploy_device,
@@ -257,7 +270,6 @@ def test_aot_compiled_function_loads_in_a_torch_only_process_and_replays(deploy_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("deploy_device", DEPLOY_DEVICES)
 def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
     deploy_device, tmp_path, monkeypatch
 ):
@@ -270,11 +282,7 @@ def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
     # into an empty directory: the loader can only hit through the artifacts.
     tag = f"test_deploy-{uuid.uuid4().hex}"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    inductor_xpugraph.enable(deploy_device)
-    torch._dynamo.reset()
-    inductor_xpugraph.reset()
-    torch.manual_seed(0)
-    inputs = [torch.randn(*s, device=deploy_device) for s in ((8, 16), (16, 16), (16, 4))]
+    inputs = device_inputs(deploy_device)
     with torch.compiler.config.patch(cache_key_tag=tag):
         compiled = torch.compile(mlp, mode="reduce-overhead")
         for _ in range(3):
@@ -305,8 +313,7 @@ def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
 
 @pytest.fixture(scope="module", params=DEPLOY_DEVICES)
 def unpacked_export(request, tmp_path_factory):
-    torch.manual_seed(0)
-    inputs = [torch.randn(*s, device=request.param) for s in ((8, 16), (16, 16), (16, 4))]
+    inputs = device_inputs(request.param)
     return export(mlp, inputs, tmp_path_factory.mktemp("module") / "mlp", format="unpacked")
 
 

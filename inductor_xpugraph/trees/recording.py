@@ -90,10 +90,6 @@ class Recording:
         self.graph.replay()
         return self._build_outputs()
 
-    def copy_inputs(self, args: Sequence[Any]) -> None:
-        """Copy the non-static inputs into the static buffers (see ``_input_copier``)."""
-        self._copy_inputs(args)
-
     def outputs(self) -> Any:
         """New tensor objects over the output memory (see ``_outputs_builder``)."""
         return self._build_outputs()

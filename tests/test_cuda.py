@@ -130,6 +130,35 @@ def test_an_output_kept_alive_is_never_overwritten_by_a_graph_that_reused_it(cud
     assert stats["liveness_fallbacks"] == 1
 
 
+def _mlp_and_copy():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)
+    ).cuda()
+    import copy
+
+    return model, copy.deepcopy(model)
+
+
+def test_a_backward_capture_reuses_the_saved_activations_it_consumes(cuda_device):
+    model, reference = _mlp_and_copy()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+        inductor_xpugraph.reset()
+        for _ in range(6):
+            x = torch.randn(64, 256, device="cuda")
+            compiled(x).square().mean().backward()
+            reference(x).square().mean().backward()
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p.grad, q.grad)
+                p.grad = q.grad = None
+        stats = inductor_xpugraph.stats()
+        (tree,) = all_trees()
+        backward = max(tree.nodes(), key=lambda n: n.seq)
+    assert backward.phase == "backward" and backward.consumed_inputs
+    assert stats["replays"] == 8 and stats["liveness_fallbacks"] == 0
+
+
 def test_an_activation_kept_by_the_caller_is_never_overwritten_by_the_backward(cuda_device):
     w1 = torch.randn(256, 1024, device="cuda", requires_grad=True)
     w2 = torch.randn(1024, 256, device="cuda", requires_grad=True)

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
 from inductor_xpugraph.trees.recording import Recording
@@ -23,13 +24,21 @@ class ModelPool:
     def __init__(self) -> None:
         self.allocated: set[int] = set()
         self.restores: list[frozenset[int]] = []
+        self.leak = False  # the next capture keeps an allocation no output accounts for
 
-    def capture_outputs(self, count: int = 1, leak: bool = False) -> tuple[torch.Tensor, ...]:
-        outputs = tuple(torch.empty(16) for _ in range(count))
+    def capture(self, fn, args, pool):
+        """Run ``fn(args)``; memory of its pool inputs that it drops is freed, as on a device."""
+        inputs = [
+            (t.untyped_storage().data_ptr(), StorageWeakRef(t.untyped_storage()))
+            for t in args
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in self.allocated
+        ]
+        outputs = fn(args)
+        self.allocated -= {ptr for ptr, ref in inputs if ref.expired()}
         self.allocated |= {out.data_ptr() for out in outputs}
-        if leak:
-            self.allocated.add(1)  # an allocation no output accounts for
-        return outputs
+        if self.leak:
+            self.allocated.add(1)
+        return None, outputs
 
     def new_pool(self):
         return object()
@@ -65,14 +74,42 @@ def record(tree, callable_id, leak=False):
 
     Returns the node and the output handed to the caller: hold it to keep it alive.
     """
-    tree.prepare_capture()
-    outputs = tree.backend.capture_outputs(leak=leak)
+    tree.backend.leak = leak
+    graph, outputs = tree.capture(lambda args: (torch.empty(16),), [])
     recording = Recording(
         None, static_inputs=[], copied_inputs=[], input_buffers=[], captured_outputs=outputs
     )
+    del outputs
     node = tree.add_node(callable_id, f"graph{callable_id}", "inference", (), recording)
     tree.enter(node)
     return node, recording.outputs()[0]
+
+
+def record_consuming(tree, callable_id, args, keep_input=False):
+    """Capture a graph that reads its one input, drops it unless ``keep_input`` (then it
+    returns a view of it, as well as its own output), and returns a new output."""
+
+    def graph(args):
+        (x,) = args
+        args.clear()
+        y = torch.empty(16)
+        return (y, x[:8]) if keep_input else (y,)
+
+    path_storages = tree.path_storages()
+    static_inputs = [(0, args[0].data_ptr(), args[0].untyped_storage().data_ptr())]
+    graph, outputs = tree.capture(graph, args)
+    recording = Recording(
+        None,
+        static_inputs=static_inputs,
+        copied_inputs=[],
+        input_buffers=[],
+        captured_outputs=outputs,
+        path_storages=path_storages,
+    )
+    del outputs
+    node = tree.add_node(callable_id, f"graph{callable_id}", "backward", (), recording)
+    tree.enter(node)
+    return node
 
 
 def output_ptr(node):
@@ -122,7 +159,7 @@ def test_capture_reuses_outputs_of_its_step_that_nothing_references(tree):
     assert a.recording.output_owners == [None]
     assert tree.backend.allocated == {output_ptr(b)}
     assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
-    assert b.reused_memory_is_free()
+    assert b.release_reused_memory([])
 
 
 def test_a_node_does_not_replay_while_an_output_it_reuses_is_referenced(tree):
@@ -130,12 +167,12 @@ def test_a_node_does_not_replay_while_an_output_it_reuses_is_referenced(tree):
     del a_out
     b, b_out = record(tree, 1)
     a_out = a.recording.outputs()[0]  # a later step keeps a's output
-    assert not b.reused_memory_is_free()
+    assert not b.release_reused_memory([])
     a_view = a_out[1:]
     del a_out
-    assert not b.reused_memory_is_free()  # a view holds the memory too
+    assert not b.release_reused_memory([])  # a view holds the memory too
     del a_view
-    assert b.reused_memory_is_free()
+    assert b.release_reused_memory([])
 
 
 def test_an_output_still_referenced_is_not_reused(tree):
@@ -179,3 +216,58 @@ def test_pool_memory_no_output_accounts_for_switches_the_tree_to_owned_outputs(t
     assert isinstance(tree.memory, OwnedOutputs)
     assert tree.nodes() == []  # recorded again, with owned outputs, into a fresh pool
     assert tree._pool is None and tree.pool is not old_pool
+
+
+def test_capture_frees_an_input_it_consumes_when_it_drops_it(tree):
+    a, a_out = record(tree, 0)  # a forward; a_out stands for a saved activation
+    args = [a_out]
+    del a_out
+    b = record_consuming(tree, 1, args)
+    assert a.recording.output_owners == [None]
+    assert output_ptr(a) not in tree.backend.allocated
+    assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
+    assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+
+
+def test_a_node_that_consumed_an_input_replays_once_the_caller_drops_it(tree):
+    a, a_out = record(tree, 0)
+    args = [a_out]
+    del a_out
+    b = record_consuming(tree, 1, args)
+    args = [a.recording.outputs()[0]]  # the next step's saved activation
+    assert b.release_reused_memory(args)
+    assert args == [None]
+
+
+def test_a_node_that_consumed_an_input_does_not_replay_while_it_is_held(tree):
+    a, a_out = record(tree, 0)
+    args = [a_out]
+    del a_out
+    b = record_consuming(tree, 1, args)
+    kept = a.recording.outputs()[0]  # a later step keeps the activation
+    args = [kept]
+    assert not b.release_reused_memory(args)
+    (rebuilt,) = args  # the arguments are rebuilt for an un-graphed run
+    assert rebuilt.data_ptr() == kept.data_ptr() and rebuilt.shape == kept.shape
+
+
+def test_an_input_referenced_elsewhere_is_not_lent_to_the_capture(tree):
+    a, a_out = record(tree, 0)
+    b = record_consuming(tree, 1, [a_out])  # the caller still holds a_out
+    assert a.recording.output_owners[0] is not None
+    assert output_ptr(a) in tree.backend.allocated
+    assert b.consumed_inputs == () and b.reused_outputs == ()
+
+
+def test_a_lent_input_the_capture_returns_a_view_of_is_owned_again(tree):
+    a, a_out = record(tree, 0)
+    args = [a_out]
+    del a_out
+    b = record_consuming(tree, 1, args, keep_input=True)
+    assert a.recording.output_owners[0] is not None
+    assert output_ptr(a) in tree.backend.allocated
+    assert b.consumed_inputs == ()
+    view = b.recording.outputs()[1]
+    # The view counts as a use of a's output: a later capture does not reuse its memory.
+    assert view.untyped_storage().data_ptr() == output_ptr(a)
+    assert not a.recording.output_is_dead(0)

@@ -89,8 +89,8 @@ class GraphedCallable:
         if (
             node is not None
             and node.recording.static_inputs_match(args)
-            and (not node.reused_outputs or node.reused_memory_is_free())
             and not tree.backend.is_capturing()
+            and (not node.reused_outputs or node.release_reused_memory(args))
         ):
             outputs = node.recording.replay(args)
             tree.current = node
@@ -116,7 +116,8 @@ class GraphedCallable:
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
         node = tree.current.children.get((self.id, key))
-        if node is not None and not node.reused_memory_is_free():
+        if node is not None and node.recording.static_inputs_match(args):
+            # Recorded here, and the inputs match: memory it reuses is still referenced.
             tree.leave_for_this_generation(node)
             return self._run_eagerly(tree, args)
         if node is not None:  # recorded here, but a non-copied input moved
@@ -185,12 +186,14 @@ class GraphedCallable:
         return self._record(tree, key, args)
 
     def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
-        managed = tree.managed_storage_ptrs()
-        static, copied = [], []
-        for i, arg in enumerate(args):
-            if isinstance(arg, torch.Tensor):
-                is_static = i in self.static_inputs or arg.untyped_storage().data_ptr() in managed
-                (static if is_static else copied).append(i)
+        path_storages = tree.path_storages()
+        tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
+        static = [
+            i
+            for i in tensor_inputs
+            if i in self.static_inputs or args[i].untyped_storage().data_ptr() in path_storages
+        ]
+        copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
             stats.record_skip(
@@ -205,28 +208,30 @@ class GraphedCallable:
         buffers = [_empty_like_strided(args[i]) for i in copied]
         for buffer, i in zip(buffers, copied):
             writable_view(buffer).copy_(writable_view(args[i]))
+        static_inputs = [
+            (i, args[i].data_ptr(), args[i].untyped_storage().data_ptr()) for i in static
+        ]
+        # The first replay needs only the copied inputs; the capture gets the only references
+        # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
+        first_replay_args = [arg if i in copied else None for i, arg in enumerate(args)]
         capture_args = list(args)
         for i, buffer in zip(copied, buffers):
             capture_args[i] = buffer
-        call_args = list(args)
         args.clear()
-        tree.prepare_capture()
-        graph, captured_outputs = tree.backend.capture(self.fn, capture_args, tree.pool)
+        graph, captured_outputs = tree.capture(self.fn, capture_args)
         recording = Recording(
             graph,
-            static_inputs=[
-                (i, call_args[i].data_ptr(), call_args[i].untyped_storage().data_ptr())
-                for i in static
-            ],
+            static_inputs=static_inputs,
             copied_inputs=copied,
             input_buffers=buffers,
             captured_outputs=captured_outputs,
+            path_storages=path_storages,
         )
         del captured_outputs, capture_args
         node = tree.add_node(self.id, self.name, self.phase, key, recording)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
         # The capture computed nothing on a real device: this replay produces the result.
-        outputs = recording.replay(call_args)
+        outputs = recording.replay(first_replay_args)
         tree.enter(node)
         tree.hand_out(node, outputs)
         return outputs

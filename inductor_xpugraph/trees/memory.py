@@ -26,6 +26,15 @@ while those outputs are still unreferenced (``GraphNode.reused_outputs``, checke
 replay). If one is alive, the rest of the generation runs un-graphed
 (``stats()["liveness_fallbacks"]``).
 
+Inputs a capture consumes: a backward receives the forward's saved activations (outputs of
+its path) and drops each after its last use; without graphs, and in upstream's trees, that
+memory then serves the rest of the backward. When nothing but the call's arguments references
+such an output, the strategy *lends* its owner to the capture (``lend_inputs``): the capture
+receives tensors over the owning storage, and the strategy lets go of it, so the block returns
+to the pool exactly when the captured code drops it. An owner that dies during the capture is
+an output the node reused (its replay drops the caller's references first, then checks they
+were the last: ``GraphNode.release_reused_memory``); one that survives is owned again.
+
 After each capture the strategy checks that the pool holds exactly the pool path's live
 outputs; anything else (an output that is not pool memory, a capture that kept an allocation)
 makes the rest of that generation run un-graphed and the tree start again from the next one
@@ -35,6 +44,9 @@ with ``OwnedOutputs``, with a warning (``GraphTree._fall_back_to_owned_outputs``
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
 
@@ -49,6 +61,12 @@ class OwnedOutputs:
     name = "owned_outputs"
 
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
+        pass
+
+    def lend_inputs(self, args: list[Any]) -> None:
+        pass  # an owner never lets go: every output stays allocated while its node exists
+
+    def settle_loans(self) -> None:
         pass
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
@@ -77,11 +95,17 @@ class CheckpointedPool:
         # outputs, as (node, output index), it has allocated.
         self.checkpoints: dict[GraphNode, Any] = {}
         self.allocated_at: dict[GraphNode, frozenset[tuple[GraphNode, int]]] = {}
-        # Outputs freed as dead for the capture being prepared.
+        # Outputs freed as dead for the capture being prepared, or by it (loans that died).
         self._freed_for_capture: list[tuple[GraphNode, int]] = []
+        # Owners lent to the capture in progress: (node, output index, weak reference).
+        self._loans: list[tuple[GraphNode, int, StorageWeakRef]] = []
+        # Arguments of the capture that were lent outputs which it consumed, with the layout
+        # to rebuild them: (argument index, output storage, offset, size, stride, dtype).
+        self._consumed_args: list[tuple[Any, ...]] = []
 
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         """Allocate exactly the live outputs of root..parent; free everything else."""
+        self._loans, self._consumed_args = [], []
         wanted = self.allocated_at.get(parent, frozenset())
         held = set(self._held())
         for node, index in held - wanted:
@@ -103,6 +127,48 @@ class CheckpointedPool:
         for node, index in self._freed_for_capture:
             self._free(node, index)
 
+    def lend_inputs(self, args: list[Any]) -> None:
+        """Hand the capture the owners of path outputs that only ``args`` reference.
+
+        Each such argument is replaced by a tensor over its output's owning storage, and the
+        strategy drops its own reference: the memory is freed when the captured code drops
+        the argument. The caller must hold no other reference to ``args``' tensors.
+        """
+        held_by_ptr = {
+            node.recording.output_storages[index].data_ptr(): (node, index)
+            for node, index in self._held()
+        }
+        # Taken out of ``args``: our references must not count as uses.
+        layouts = _take_arguments_in(held_by_ptr, args)
+        for (node, index), arg_layouts in layouts.items():
+            recording = node.recording
+            lend = recording.output_is_dead(index)
+            storage = recording.output_owners[index] if lend else recording.output_storages[index]
+            for arg_index, *layout in arg_layouts:
+                args[arg_index] = _tensor_over(storage, *layout)
+            if lend:
+                self._loans.append((node, index, StorageWeakRef(storage)))
+                recording.output_owners[index] = None
+                self._consumed_args.extend(
+                    (arg_index, recording.output_storages[index], *layout)
+                    for arg_index, *layout in arg_layouts
+                )
+
+    def settle_loans(self) -> None:
+        """After the capture: an owner it dropped was reused, one still alive is ours again."""
+        consumed = set()
+        for node, index, loan in self._loans:
+            owner = torch.UntypedStorage._new_with_weak_ptr(loan.cdata)
+            if owner is None:
+                self._freed_for_capture.append((node, index))
+                consumed.add(node.recording.output_storages[index].data_ptr())
+            else:
+                node.recording.output_owners[index] = owner
+        self._loans = []
+        self._consumed_args = [
+            entry for entry in self._consumed_args if entry[1].data_ptr() in consumed
+        ]
+
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording
         held = self._held()
@@ -117,7 +183,9 @@ class CheckpointedPool:
             (n.recording.output_storages[i], n.recording.output_own_refs[i])
             for n, i in self._freed_for_capture
         )
+        node.consumed_inputs = tuple(self._consumed_args)
         self._freed_for_capture = []
+        self._consumed_args = []
         self.pool_path.append(node)
         return True
 
@@ -160,6 +228,24 @@ class CheckpointedPool:
 
 def _in_capture_order(outputs) -> list[tuple[GraphNode, int]]:
     return sorted(outputs, key=lambda output: (output[0].seq, output[1]))
+
+
+def _take_arguments_in(outputs_by_ptr: dict[int, Any], args: list[Any]) -> dict[Any, list]:
+    """Remove the tensors of ``args`` in the memory of these outputs; return their layouts
+    (argument index, offset, size, stride, dtype), by output."""
+    layouts: dict[Any, list[tuple[Any, ...]]] = {}
+    for arg_index, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor):
+            output = outputs_by_ptr.get(arg.untyped_storage().data_ptr())
+            if output is not None:
+                layout = (arg_index, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
+                layouts.setdefault(output, []).append(layout)
+                args[arg_index] = None
+    return layouts
+
+
+def _tensor_over(storage: torch.UntypedStorage, offset, size, stride, dtype) -> torch.Tensor:
+    return torch.empty((0,), dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
 
 
 def memory_strategy(backend: GraphBackend) -> OwnedOutputs | CheckpointedPool:

@@ -15,7 +15,7 @@ under allocator checkpointing, owners that the tree frees and re-creates (``memo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,10 +36,11 @@ class Recording:
         copied_inputs: Sequence[int],
         input_buffers: Sequence[torch.Tensor],
         captured_outputs: Any,
+        path_storages: Mapping[int, torch.UntypedStorage] | None = None,
     ) -> None:
         """``static_inputs``: (input index, address, storage address) at capture of every
         tensor input that is not copied: parameters and buffers, and outputs of earlier
-        graphs on the tree path."""
+        graphs on the tree path, whose storages ``path_storages`` holds by address."""
         self.graph = graph
         self.static_input_ptrs = tuple((i, ptr) for i, ptr, _ in static_inputs)
         # The same, as torch's C++ check wants them (a model has hundreds of parameters).
@@ -60,7 +61,10 @@ class Recording:
         )
         # The recording holds its own aliases, never the captured objects: an output may be a
         # caller's tensor (an input returned as is), which can later be invalidated as stale.
-        self._output_aliases = [_alias(out) for out in outputs]
+        # An output in the memory of an earlier graph's output is rebuilt over that output's
+        # storage, so that it counts as a use of it (the capture may have seen a lent owner).
+        path_storages = path_storages or {}
+        self._output_aliases = [_alias(out, path_storages) for out in outputs]
         self._output_factories = [_output_factory(out) for out in self._output_aliases]
         self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
         # Memory the capture allocated for the outputs: not that of a static input (a
@@ -130,10 +134,15 @@ class Recording:
         return _unowned(self.output_storages[index])
 
 
-def _alias(output: Any) -> Any:
+def _alias(output: Any, path_storages: Mapping[int, torch.UntypedStorage]) -> Any:
+    if not isinstance(output, torch.Tensor):
+        return output
+    storage = path_storages.get(output.untyped_storage().data_ptr())
+    if storage is not None:
+        return _alias_over(output, storage)
     # detach(): a new tensor over the same storage, offset, sizes and strides, with no
     # autograd history and not an autograd view.
-    return output.detach() if isinstance(output, torch.Tensor) else output
+    return output.detach()
 
 
 def _output_factory(alias: Any) -> Callable[[], Any]:

@@ -18,7 +18,8 @@ node's scratch may only overlap outputs of nodes captured *later*, which on this
 not run yet in this generation, and on other paths belong to older generations. Re-recording
 a node drops its subtree (its descendants were captured before the new recording). The one
 exception, under allocator checkpointing: a capture may reuse outputs of its path that were
-already unreferenced; that node replays only while they still are (``memory``).
+already unreferenced, or that it consumed (a backward's saved activations); that node replays
+only while they still are (``memory``).
 
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward is pending (a forward ran since the last backward) — or, once the user has
@@ -91,6 +92,7 @@ class GraphNode:
         "recording",
         "seq",
         "reused_outputs",
+        "consumed_inputs",
     )
 
     def __init__(
@@ -112,10 +114,21 @@ class GraphNode:
         # (storage, own references) of outputs of earlier nodes of the path whose memory this
         # node's capture may reuse: it replays only while they are unreferenced.
         self.reused_outputs: tuple[tuple[torch.UntypedStorage, int], ...] = ()
+        # Inputs that were such outputs and that the capture consumed (dropped after their
+        # last use): (argument index, storage, offset, size, stride, dtype).
+        self.consumed_inputs: tuple[tuple[Any, ...], ...] = ()
 
-    def reused_memory_is_free(self) -> bool:
+    def release_reused_memory(self, args: list[Any]) -> bool:
+        """Drop ``args``' references to consumed inputs, then check nothing else references
+        memory this node's capture reused. When something does, ``args`` is rebuilt."""
+        for consumed in self.consumed_inputs:
+            args[consumed[0]] = None
         for storage, own_refs in self.reused_outputs:
             if torch._C._storage_Use_Count(storage._cdata) != own_refs:
+                for index, storage, offset, size, stride, dtype in self.consumed_inputs:
+                    args[index] = torch.empty((0,), dtype=dtype, device=storage.device).set_(
+                        storage, offset, size, stride
+                    )
                 return False
         return True
 
@@ -236,9 +249,17 @@ class GraphTree:
 
     # -- nodes --------------------------------------------------------------------------------
 
-    def prepare_capture(self) -> None:
-        """Make the pool ready for capturing a child of the current node."""
+    def capture(self, fn: Any, args: list[Any]) -> tuple[Any, Any]:
+        """Capture ``fn(args)`` as a child of the current node (``add_node`` adds it).
+
+        ``args`` must hold the only references the caller has to its tensors: path outputs
+        that nothing else references are lent to the capture (``memory``).
+        """
         self.memory.prepare_capture(self.current, self.pool)
+        self.memory.lend_inputs(args)
+        graph, outputs = self.backend.capture(fn, args, self.pool)
+        self.memory.settle_loans()
+        return graph, outputs
 
     def add_node(
         self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording
@@ -310,15 +331,17 @@ class GraphTree:
             else:
                 self.drop_node(node)
 
-    def managed_storage_ptrs(self) -> set[int]:
-        """Memory of the outputs of the nodes on the current path (not copied as inputs)."""
-        ptrs = set()
+    def path_storages(self) -> dict[int, torch.UntypedStorage]:
+        """Memory of the outputs of the nodes on the current path (not copied as inputs),
+        by address."""
+        storages = {}
         for node in self.current.path_from_root():
             recording = node.recording
-            ptrs.update(storage.data_ptr() for storage in recording.output_storages)
+            storages.update((s.data_ptr(), s) for s in recording.output_storages)
             # An output may be a view of an input buffer: that memory is stable too.
-            ptrs.update(buffer.untyped_storage().data_ptr() for buffer in recording.input_buffers)
-        return ptrs
+            buffer_storages = (buffer.untyped_storage() for buffer in recording.input_buffers)
+            storages.update((s.data_ptr(), s) for s in buffer_storages)
+        return storages
 
     def reset(self) -> None:
         with self.lock:

@@ -69,13 +69,13 @@ def tree():
     return tree
 
 
-def record(tree, callable_id, leak=False):
+def record(tree, callable_id, leak=False, make_output=lambda: torch.empty(16)):
     """Capture a one-output graph below the current node and make it current.
 
     Returns the node and the output handed to the caller: hold it to keep it alive.
     """
     tree.backend.leak = leak
-    graph, outputs = tree.capture(lambda args: (torch.empty(16),), [])
+    graph, outputs, _ = tree.capture(lambda args: (make_output(),), [])
     recording = Recording(
         None, static_inputs=[], copied_inputs=[], input_buffers=[], captured_outputs=outputs
     )
@@ -85,19 +85,21 @@ def record(tree, callable_id, leak=False):
     return node, recording.outputs()[0]
 
 
-def record_consuming(tree, callable_id, args, keep_input=False):
+def record_consuming(tree, callable_id, args, keep_input=False, new_output=None):
     """Capture a graph that reads its one input, drops it unless ``keep_input`` (then it
-    returns a view of it, as well as its own output), and returns a new output."""
+    returns a view of it, as well as its own output), and returns a new output
+    (``new_output(address of the input)`` when given, else fresh memory)."""
 
     def graph(args):
         (x,) = args
+        address = x.data_ptr()
         args.clear()
-        y = torch.empty(16)
+        y = new_output(address) if new_output else torch.empty(16)
         return (y, x[:8]) if keep_input else (y,)
 
     path_storages = tree.path_storages()
     static_inputs = [(0, args[0].data_ptr(), args[0].untyped_storage().data_ptr())]
-    graph, outputs = tree.capture(graph, args)
+    graph, outputs, consumed = tree.capture(graph, args)
     recording = Recording(
         None,
         static_inputs=static_inputs,
@@ -105,6 +107,7 @@ def record_consuming(tree, callable_id, args, keep_input=False):
         input_buffers=[],
         captured_outputs=outputs,
         path_storages=path_storages,
+        consumed_inputs=consumed,
     )
     del outputs
     node = tree.add_node(callable_id, f"graph{callable_id}", "backward", (), recording)
@@ -271,3 +274,23 @@ def test_a_lent_input_the_capture_returns_a_view_of_is_owned_again(tree):
     # The view counts as a use of a's output: a later capture does not reuse its memory.
     assert view.untyped_storage().data_ptr() == output_ptr(a)
     assert not a.recording.output_is_dead(0)
+
+
+
+def test_an_output_placed_in_the_memory_of_a_consumed_input_is_the_captures_own(tree):
+    # A backward's gradient may be allocated exactly where a saved activation it freed was.
+    arena = torch.zeros(16)  # pool memory: outlives the storages placed in it
+
+    def over_arena(address):
+        storage = torch._C._construct_storage_from_data_pointer(address, arena.device, 64)
+        return torch.empty(0).set_(storage, 0, (16,), (1,))
+
+    a, a_out = record(tree, 0, make_output=lambda: over_arena(arena.data_ptr()))
+    args = [a_out]
+    del a_out
+    b = record_consuming(tree, 1, args, new_output=over_arena)
+    assert tree.current is b  # the pool check accounted for the memory the capture reused
+    assert output_ptr(b) == output_ptr(a) == arena.data_ptr()
+    assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+    (b_out,) = b.recording.outputs()
+    assert b_out.shape == (16,)

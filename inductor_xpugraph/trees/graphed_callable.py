@@ -218,7 +218,7 @@ class GraphedCallable:
         for i, buffer in zip(copied, buffers):
             capture_args[i] = buffer
         args.clear()
-        graph, captured_outputs = tree.capture(self.fn, capture_args)
+        graph, captured_outputs, consumed = tree.capture(self.fn, capture_args)
         recording = Recording(
             graph,
             static_inputs=static_inputs,
@@ -226,6 +226,7 @@ class GraphedCallable:
             input_buffers=buffers,
             captured_outputs=captured_outputs,
             path_storages=path_storages,
+            consumed_inputs=consumed,
         )
         del captured_outputs, capture_args
         node = tree.add_node(self.id, self.name, self.phase, key, recording)

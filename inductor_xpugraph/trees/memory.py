@@ -66,8 +66,8 @@ class OwnedOutputs:
     def lend_inputs(self, args: list[Any]) -> None:
         pass  # an owner never lets go: every output stays allocated while its node exists
 
-    def settle_loans(self) -> None:
-        pass
+    def settle_loans(self) -> frozenset[int]:
+        return frozenset()
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         node.recording.output_owners = list(node.recording.output_storages)
@@ -154,8 +154,12 @@ class CheckpointedPool:
                     for arg_index, *layout in arg_layouts
                 )
 
-    def settle_loans(self) -> None:
-        """After the capture: an owner it dropped was reused, one still alive is ours again."""
+    def settle_loans(self) -> frozenset[int]:
+        """After the capture: an owner it dropped was reused, one still alive is ours again.
+
+        Returns the addresses of the outputs it consumed: the capture may have put its own
+        allocations (its outputs among them) there.
+        """
         consumed = set()
         for node, index, loan in self._loans:
             owner = torch.UntypedStorage._new_with_weak_ptr(loan.cdata)
@@ -168,6 +172,7 @@ class CheckpointedPool:
         self._consumed_args = [
             entry for entry in self._consumed_args if entry[1].data_ptr() in consumed
         ]
+        return frozenset(consumed)
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording

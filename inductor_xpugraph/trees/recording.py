@@ -37,10 +37,13 @@ class Recording:
         input_buffers: Sequence[torch.Tensor],
         captured_outputs: Any,
         path_storages: Mapping[int, torch.UntypedStorage] | None = None,
+        consumed_inputs: frozenset[int] = frozenset(),
     ) -> None:
         """``static_inputs``: (input index, address, storage address) at capture of every
         tensor input that is not copied: parameters and buffers, and outputs of earlier
-        graphs on the tree path, whose storages ``path_storages`` holds by address."""
+        graphs on the tree path, whose storages ``path_storages`` holds by address.
+        ``consumed_inputs``: storage addresses of inputs that the capture freed after their
+        last use; what lies there now is the capture's own allocation."""
         self.graph = graph
         self.static_input_ptrs = tuple((i, ptr) for i, ptr, _ in static_inputs)
         # The same, as torch's C++ check wants them (a model has hundreds of parameters).
@@ -63,14 +66,16 @@ class Recording:
         # caller's tensor (an input returned as is), which can later be invalidated as stale.
         # An output in the memory of an earlier graph's output is rebuilt over that output's
         # storage, so that it counts as a use of it (the capture may have seen a lent owner).
-        path_storages = path_storages or {}
-        self._output_aliases = [_alias(out, path_storages) for out in outputs]
+        input_storages = {storage_ptr for _, _, storage_ptr in static_inputs} - consumed_inputs
+        path_inputs = {
+            ptr: storage for ptr, storage in (path_storages or {}).items() if ptr in input_storages
+        }
+        self._output_aliases = [_alias(out, path_inputs) for out in outputs]
         self._output_factories = [_output_factory(out) for out in self._output_aliases]
         self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
         # Memory the capture allocated for the outputs: not that of a static input (a
         # parameter returned as is) nor that of an input buffer (a view of a copied input).
-        not_allocated = {storage_ptr for _, _, storage_ptr in static_inputs}
-        not_allocated |= {b.untyped_storage().data_ptr() for b in self.input_buffers}
+        not_allocated = input_storages | {b.untyped_storage().data_ptr() for b in self.input_buffers}
         self.output_storages = [
             s for s in _unique_storages(outputs) if s.data_ptr() not in not_allocated
         ]

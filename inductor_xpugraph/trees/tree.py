@@ -249,17 +249,19 @@ class GraphTree:
 
     # -- nodes --------------------------------------------------------------------------------
 
-    def capture(self, fn: Any, args: list[Any]) -> tuple[Any, Any]:
+    def capture(self, fn: Any, args: list[Any]) -> tuple[Any, Any, frozenset[int]]:
         """Capture ``fn(args)`` as a child of the current node (``add_node`` adds it).
 
         ``args`` must hold the only references the caller has to its tensors: path outputs
-        that nothing else references are lent to the capture (``memory``).
+        that nothing else references are lent to the capture (``memory``). Returns the graph,
+        its outputs, and the addresses of the path outputs it consumed (freed after their
+        last use; its own outputs may lie there now).
         """
         self.memory.prepare_capture(self.current, self.pool)
         self.memory.lend_inputs(args)
         graph, outputs = self.backend.capture(fn, args, self.pool)
-        self.memory.settle_loans()
-        return graph, outputs
+        consumed = self.memory.settle_loans()
+        return graph, outputs, consumed
 
     def add_node(
         self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording

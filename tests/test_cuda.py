@@ -111,11 +111,14 @@ def test_owned_outputs_keep_every_branch_allocated(cuda_device):
     assert stats["pool_bytes"] == (512 * 512 + 256 * 256) * 4
 
 
-def test_an_output_kept_alive_is_never_overwritten_by_a_graph_that_reused_it(cuda_device):
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_an_output_kept_alive_is_never_overwritten_by_a_graph_that_reused_it(
+    cuda_device, checkpointing
+):
     first = torch.compile(lambda x: ((x * 2).relu(), x + 1), mode="reduce-overhead")
     second = torch.compile(lambda b: b * 3 - 1, mode="reduce-overhead")
     x = torch.randn(256, 256, device="cuda")
-    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
         inductor_xpugraph.reset()
         for step in range(4):  # warmup, record, replay, then keep `a` for once
             inductor_xpugraph.mark_step_begin()
@@ -140,10 +143,11 @@ def _mlp_and_copy():
     return model, copy.deepcopy(model)
 
 
-def test_a_backward_capture_reuses_the_saved_activations_it_consumes(cuda_device):
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_a_backward_capture_reuses_the_saved_activations_it_consumes(cuda_device, checkpointing):
     model, reference = _mlp_and_copy()
     compiled = torch.compile(model, mode="reduce-overhead")
-    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
         inductor_xpugraph.reset()
         for _ in range(6):
             x = torch.randn(64, 256, device="cuda")
@@ -159,7 +163,10 @@ def test_a_backward_capture_reuses_the_saved_activations_it_consumes(cuda_device
     assert stats["replays"] == 8 and stats["liveness_fallbacks"] == 0
 
 
-def test_an_activation_kept_by_the_caller_is_never_overwritten_by_the_backward(cuda_device):
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_an_activation_kept_by_the_caller_is_never_overwritten_by_the_backward(
+    cuda_device, checkpointing
+):
     w1 = torch.randn(256, 1024, device="cuda", requires_grad=True)
     w2 = torch.randn(1024, 256, device="cuda", requires_grad=True)
 
@@ -168,7 +175,7 @@ def test_an_activation_kept_by_the_caller_is_never_overwritten_by_the_backward(c
         return hidden @ w2, hidden
 
     compiled = torch.compile(f, mode="reduce-overhead")
-    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
         inductor_xpugraph.reset()
         x = torch.randn(64, 256, device="cuda")
         for step in range(5):  # warmup, record, replays; the last step keeps `hidden`

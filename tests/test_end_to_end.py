@@ -184,3 +184,27 @@ def test_expanded_input_is_copied_without_overlap(device):
         x = torch.full((1, 8), float(i), device=device).expand(4, 8)
         torch.testing.assert_close(compiled(x), x * 2 + 1)
     assert inductor_xpugraph.stats()["replays"] == 2
+
+
+def test_a_step_taking_another_branch_below_a_lender_records_again_without_lending(device):
+    # `second`'s capture reuses the memory of `first`'s dead output; with owned outputs
+    # that memory is free for good, so `third`, captured below `first` without `second`,
+    # must not be placed there: that step runs un-graphed, and the tree records again.
+    first = torch.compile(lambda x: ((x * 2).relu(), x + 1), mode="reduce-overhead")
+    second = torch.compile(lambda b: b * 3 - 1, mode="reduce-overhead")
+    third = torch.compile(lambda b: b * 5, mode="reduce-overhead")
+    x = torch.randn(64, 64, device=device)
+    with inductor_xpugraph.config.patch(allocator_checkpointing=False):
+        inductor_xpugraph.reset()
+        for step in range(8):
+            inductor_xpugraph.mark_step_begin()
+            a, b = first(x)
+            del a  # dead when `second` is recorded
+            if step < 4:
+                torch.testing.assert_close(second(b), (x + 1) * 3 - 1)
+            else:
+                torch.testing.assert_close(third(b), (x + 1) * 5)
+        (tree,) = all_trees()
+        assert tree.memory.name == "owned_outputs" and not tree.memory.lending
+        assert [node.name for node in tree.nodes()][-1].endswith("call")  # `third` recorded
+        assert inductor_xpugraph.stats()["replays"] >= 4

@@ -276,7 +276,6 @@ def test_a_lent_input_the_capture_returns_a_view_of_is_owned_again(tree):
     assert not a.recording.output_is_dead(0)
 
 
-
 def test_an_output_placed_in_the_memory_of_a_consumed_input_is_the_captures_own(tree):
     # A backward's gradient may be allocated exactly where a saved activation it freed was.
     arena = torch.zeros(16)  # pool memory: outlives the storages placed in it
@@ -294,3 +293,80 @@ def test_an_output_placed_in_the_memory_of_a_consumed_input_is_the_captures_own(
     assert [consumed[0] for consumed in b.consumed_inputs] == [0]
     (b_out,) = b.recording.outputs()
     assert b_out.shape == (16,)
+
+
+# -- owned outputs (portable): the same reuse, and what a lender's free memory forbids ------
+
+
+@pytest.fixture
+def owned_tree():
+    tree = GraphTree("cpu")
+    tree.backend = ModelPool()
+    tree.memory = OwnedOutputs()
+    tree._pool = object()
+    return tree
+
+
+def lend_to_a_backward(tree):
+    """A forward ``a`` whose output only the backward ``b``'s arguments reference."""
+    a, a_out = record(tree, 0)
+    args = [a_out]
+    del a_out
+    return a, record_consuming(tree, 1, args)
+
+
+def test_owned_outputs_lend_an_input_the_capture_consumes(owned_tree):
+    a, b = lend_to_a_backward(owned_tree)
+    assert a.recording.output_owners == [None]
+    assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
+    assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+    assert owned_tree.memory.lent_to == {a: {b}}
+
+
+def test_owned_outputs_free_a_dead_output_for_the_next_capture(owned_tree):
+    a, a_out = record(owned_tree, 0)
+    del a_out  # the logits, once the loss is computed
+    c, c_out = record(owned_tree, 1)
+    assert a.recording.output_owners == [None]
+    assert [storage for storage, _ in c.reused_outputs] == a.recording.output_storages
+
+
+def test_owned_outputs_keep_an_output_still_referenced(owned_tree):
+    a, a_out = record(owned_tree, 0)
+    b = record_consuming(owned_tree, 1, [a_out])  # the caller still holds a_out
+    assert a.recording.output_owners[0] is not None
+    assert b.reused_outputs == () and owned_tree.memory.lent_to == {}
+
+
+def test_owned_outputs_allow_captures_below_the_node_that_reused_the_memory(owned_tree):
+    a, b = lend_to_a_backward(owned_tree)
+    assert owned_tree.current is b
+    assert owned_tree.can_capture_here()
+
+
+def test_owned_outputs_refuse_a_capture_that_bypasses_the_node_that_reused_the_memory(
+    owned_tree, caplog
+):
+    a, b = lend_to_a_backward(owned_tree)
+    owned_tree.current = a  # a later step replays a, then calls another backward
+    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+        assert not owned_tree.can_capture_here()
+    assert "without lending" in caplog.text
+    assert owned_tree.current is owned_tree.off_tree  # the rest of this step runs un-graphed
+    owned_tree.start_generation()
+    assert owned_tree.nodes() == []  # recorded again from this step on
+    assert isinstance(owned_tree.memory, OwnedOutputs) and not owned_tree.memory.lending
+
+
+def test_owned_outputs_refuse_a_capture_below_a_lender_whose_borrower_was_dropped(owned_tree):
+    a, b = lend_to_a_backward(owned_tree)
+    owned_tree.drop_node(b)  # b is re-recorded: a's lent memory is still free
+    assert owned_tree.current is a
+    assert not owned_tree.can_capture_here()
+
+
+def test_owned_outputs_without_lending_keep_every_output(owned_tree):
+    owned_tree.memory = OwnedOutputs(lending=False)
+    a, b = lend_to_a_backward(owned_tree)
+    assert a.recording.output_owners[0] is not None
+    assert b.reused_outputs == () and b.consumed_inputs == ()

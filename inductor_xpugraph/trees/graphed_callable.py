@@ -201,6 +201,8 @@ class GraphedCallable:
                 f"buffers) nor outputs of an earlier graph: this call runs un-graphed"
             )
             return self.fn(args)
+        if not tree.can_capture_here():
+            return self._run_eagerly(tree, args)
 
         stats.counters["records"] += 1
         # Filled with this call's values: a real capture executes nothing, but the CPU

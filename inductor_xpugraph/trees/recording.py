@@ -22,7 +22,6 @@ import torch
 
 from .backends import Graph
 
-
 # torch's C++ loop over input addresses (CUDA builds); elsewhere the Python loop.
 _data_ptrs_at_indices_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
@@ -75,7 +74,9 @@ class Recording:
         self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
         # Memory the capture allocated for the outputs: not that of a static input (a
         # parameter returned as is) nor that of an input buffer (a view of a copied input).
-        not_allocated = input_storages | {b.untyped_storage().data_ptr() for b in self.input_buffers}
+        not_allocated = input_storages | {
+            b.untyped_storage().data_ptr() for b in self.input_buffers
+        }
         self.output_storages = [
             s for s in _unique_storages(outputs) if s.data_ptr() not in not_allocated
         ]

@@ -17,9 +17,10 @@ node is always captured after its ancestors. Replaying a path in order is theref
 node's scratch may only overlap outputs of nodes captured *later*, which on this path have
 not run yet in this generation, and on other paths belong to older generations. Re-recording
 a node drops its subtree (its descendants were captured before the new recording). The one
-exception, under allocator checkpointing: a capture may reuse outputs of its path that were
-already unreferenced, or that it consumed (a backward's saved activations); that node replays
-only while they still are (``memory``).
+exception: a capture may reuse outputs of its path that were already unreferenced, or that
+it consumed (a backward's saved activations); that node replays only while they still are,
+and with owned outputs nothing is captured on a path through the lender that bypasses the
+node that reused its memory (``memory``).
 
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward is pending (a forward ran since the last backward) — or, once the user has
@@ -167,7 +168,8 @@ class GraphTree:
         self._pool: Any = None
         self._seq = itertools.count(1)
         self.memory = memory_strategy(self.backend)
-        self.owned_outputs_from_next_generation = False
+        # Set when this tree must record again, from the next generation, with this strategy.
+        self.next_memory: OwnedOutputs | None = None
         # Callables that no longer exist; their nodes are dropped off the fast path.
         self.forgotten_callables: list[int] = []
 
@@ -204,13 +206,12 @@ class GraphTree:
 
     def start_generation(self) -> None:
         self.invalidate_handed_out()
-        if self.owned_outputs_from_next_generation:
-            self.owned_outputs_from_next_generation = False
+        if self.next_memory is not None:
             for child in list(self.root.children.values()):
                 self.drop_node(child)
             # A fresh pool too: once its last graph is gone, a device may release the old one.
             self._pool = None
-            self.memory = OwnedOutputs()
+            self.memory, self.next_memory = self.next_memory, None
         self.current = self.root
         self.pending_backward = False
         self.generation = current_generation()
@@ -288,11 +289,31 @@ class GraphTree:
             node.name,
         )
         OwnedOutputs().adopt(node, self.pool)
-        self.owned_outputs_from_next_generation = True
+        self.next_memory = OwnedOutputs()
+
+    def can_capture_here(self) -> bool:
+        """Whether a child of the current node may be captured now (see ``memory``).
+
+        When not, the rest of this generation runs un-graphed, and the tree records again
+        from the next one without lending.
+        """
+        if self.memory.can_capture_below(self.current):
+            return True
+        log.warning(
+            "inductor_xpugraph: a new %s graph below `%s` could be placed in memory that an "
+            "earlier graph of this step lent to another branch (owned outputs cannot reserve "
+            "it again); this tree records its graphs again from the next step on, without "
+            "lending memory between graphs",
+            self.device,
+            self.current.name,
+        )
+        self.next_memory = OwnedOutputs(lending=False)
+        self.current = self.off_tree
+        return False
 
     def enter(self, node: GraphNode) -> None:
         """Make the node just run the current one (the end of the path so far)."""
-        self.current = self.off_tree if self.owned_outputs_from_next_generation else node
+        self.current = self.off_tree if self.next_memory is not None else node
 
     def drop_node(self, node: GraphNode) -> None:
         """Forget ``node`` and its subtree; their graph memory returns to the pool."""
@@ -358,7 +379,7 @@ class GraphTree:
             self.forgotten_callables = []
             self._pool = None
             self.memory = memory_strategy(self.backend)
-            self.owned_outputs_from_next_generation = False
+            self.next_memory = None
 
     def nodes(self) -> list[GraphNode]:
         return self.root.subtree()[1:]

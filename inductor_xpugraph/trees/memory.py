@@ -58,6 +58,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
+from .recording import tensor_over
 
 if TYPE_CHECKING:
     from .backends import GraphBackend
@@ -96,8 +97,9 @@ class _PathReuse:
             if owner is not None
         ]
 
-    def _free_dead(self, outputs: list[Output]) -> None:
-        """Free the outputs nothing references any more: the capture may reuse them."""
+    def _begin_reuse(self, outputs: list[Output]) -> None:
+        """For a new capture: forget an earlier capture's loans, and free those of
+        ``outputs`` that nothing references any more (the capture may reuse them)."""
         self._loans, self._lent_args = [], []
         self._freed_for_capture = [
             (node, index) for node, index in outputs if node.recording.output_is_dead(index)
@@ -123,7 +125,7 @@ class _PathReuse:
             lend = recording.output_is_dead(index)
             storage = recording.output_owners[index] if lend else recording.output_storages[index]
             for arg_index, *layout in arg_layouts:
-                args[arg_index] = _tensor_over(storage, *layout)
+                args[arg_index] = tensor_over(storage, *layout)
             if lend:
                 self._loans.append(((node, index), StorageWeakRef(storage)))
                 recording.output_owners[index] = None
@@ -183,7 +185,7 @@ class OwnedOutputs(_PathReuse):
 
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         self.pool_path = parent.path_from_root()
-        self._free_dead(self._held() if self.lending else [])
+        self._begin_reuse(self._held() if self.lending else [])
 
     def lend_inputs(self, args: list[Any]) -> None:
         if self.lending:
@@ -241,7 +243,7 @@ class CheckpointedPool(_PathReuse):
             for (node, index), owner in zip(missing, owners):
                 node.recording.output_owners[index] = owner
         self.pool_path = parent.path_from_root()
-        self._free_dead(_in_capture_order(wanted))
+        self._begin_reuse(_in_capture_order(wanted))
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording
@@ -302,10 +304,6 @@ def _take_arguments_in(outputs_by_ptr: dict[int, Output], args: list[Any]) -> di
                 layouts.setdefault(output, []).append(layout)
                 args[arg_index] = None
     return layouts
-
-
-def _tensor_over(storage: torch.UntypedStorage, offset, size, stride, dtype) -> torch.Tensor:
-    return torch.empty((0,), dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
 
 
 def memory_strategy(backend: GraphBackend) -> OwnedOutputs | CheckpointedPool:

@@ -69,9 +69,7 @@ class Recording:
         path_inputs = {
             ptr: storage for ptr, storage in (path_storages or {}).items() if ptr in input_storages
         }
-        self._output_aliases = [_alias(out, path_inputs) for out in outputs]
-        self._output_factories = [_output_factory(out) for out in self._output_aliases]
-        self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
+        self._set_output_aliases([_alias(out, path_inputs) for out in outputs])
         # Memory the capture allocated for the outputs: not that of a static input (a
         # parameter returned as is) nor that of an input buffer (a view of a copied input).
         not_allocated = input_storages | {
@@ -84,6 +82,12 @@ class Recording:
         self.output_owners: list[torch.UntypedStorage | None] = []
         # Per output storage: the references this recording itself holds to it.
         self.output_own_refs: list[int] = []
+
+    def _set_output_aliases(self, aliases: list[Any]) -> None:
+        """What each replay's outputs are built from, and the builder, specialised once."""
+        self._output_aliases = aliases
+        self._output_factories = [_output_factory(out) for out in aliases]
+        self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         """True when every non-copied input still has its address at capture."""
@@ -115,14 +119,14 @@ class Recording:
         """
         owners = self.output_storages
         unowned = {s.data_ptr(): _unowned(s) for s in owners}
-        self._output_aliases = [
-            _alias_over(alias, unowned[alias.untyped_storage().data_ptr()])
-            if isinstance(alias, torch.Tensor) and alias.untyped_storage().data_ptr() in unowned
-            else alias
-            for alias in self._output_aliases
-        ]
-        self._output_factories = [_output_factory(out) for out in self._output_aliases]
-        self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
+        self._set_output_aliases(
+            [
+                _alias_over(alias, unowned[alias.untyped_storage().data_ptr()])
+                if isinstance(alias, torch.Tensor) and alias.untyped_storage().data_ptr() in unowned
+                else alias
+                for alias in self._output_aliases
+            ]
+        )
         self.output_storages = list(unowned.values())
         # Our references to each storage: the storage object and each alias over it.
         self.output_own_refs = [
@@ -209,9 +213,13 @@ def _unowned(storage: torch.UntypedStorage) -> torch.UntypedStorage:
     )
 
 
+def tensor_over(storage: torch.UntypedStorage, offset, size, stride, dtype) -> torch.Tensor:
+    """A new tensor over ``storage`` with this layout."""
+    return torch.empty((0,), dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
+
+
 def _alias_over(t: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
-    alias = torch.empty((0,), dtype=t.dtype, device=t.device)
-    return alias.set_(storage, t.storage_offset(), t.size(), t.stride())
+    return tensor_over(storage, t.storage_offset(), t.size(), t.stride(), t.dtype)
 
 
 def writable_view(t: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,7 @@ from . import stats
 from .backends import GraphBackend, backend_class
 from .invalidation import invalidator
 from .memory import OwnedOutputs, memory_strategy
-from .recording import Recording
+from .recording import Recording, tensor_over
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -126,10 +126,8 @@ class GraphNode:
             args[consumed[0]] = None
         for storage, own_refs in self.reused_outputs:
             if torch._C._storage_Use_Count(storage._cdata) != own_refs:
-                for index, storage, offset, size, stride, dtype in self.consumed_inputs:
-                    args[index] = torch.empty((0,), dtype=dtype, device=storage.device).set_(
-                        storage, offset, size, stride
-                    )
+                for index, storage, *layout in self.consumed_inputs:
+                    args[index] = tensor_over(storage, *layout)
                 return False
         return True
 

@@ -164,6 +164,24 @@ def test_a_backward_capture_reuses_the_saved_activations_it_consumes(cuda_device
 
 
 @pytest.mark.parametrize("checkpointing", [True, False])
+def test_a_backward_consumes_the_copy_of_the_input_batch_its_forward_saved(
+    cuda_device, checkpointing
+):
+    model, _ = _mlp_and_copy()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
+        inductor_xpugraph.reset()
+        for _ in range(4):
+            compiled(torch.randn(64, 256, device="cuda")).square().mean().backward()
+        (tree,) = all_trees()
+        forward, backward = sorted(tree.nodes(), key=lambda n: n.seq)
+    # The batch's static buffer is pool memory, saved by the forward: the backward frees it.
+    (batch,) = forward.recording.input_buffers
+    consumed = {storage.data_ptr() for _, storage, *_ in backward.consumed_inputs}
+    assert batch.data_ptr() in consumed
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
 def test_an_activation_kept_by_the_caller_is_never_overwritten_by_the_backward(
     cuda_device, checkpointing
 ):

@@ -12,7 +12,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
-from inductor_xpugraph.trees.recording import Recording
+from inductor_xpugraph.trees.recording import InputBuffers, Recording
 from inductor_xpugraph.trees.tree import GraphTree
 
 
@@ -26,8 +26,9 @@ class ModelPool:
         self.restores: list[frozenset[int]] = []
         self.leak = False  # the next capture keeps an allocation no output accounts for
 
-    def capture(self, fn, args, pool):
+    def capture(self, fn, args, pool, place_inputs):
         """Run ``fn(args)``; memory of its pool inputs that it drops is freed, as on a device."""
+        place_inputs(args)
         inputs = [
             (t.untyped_storage().data_ptr(), StorageWeakRef(t.untyped_storage()))
             for t in args
@@ -60,6 +61,9 @@ class ModelPool:
         return {s.data_ptr() for s in storages} == self.allocated
 
 
+NO_COPIES = InputBuffers([], copy_values=False)
+
+
 @pytest.fixture
 def tree():
     tree = GraphTree("cpu")
@@ -75,7 +79,7 @@ def record(tree, callable_id, leak=False, make_output=lambda: torch.empty(16)):
     Returns the node and the output handed to the caller: hold it to keep it alive.
     """
     tree.backend.leak = leak
-    graph, outputs, _ = tree.capture(lambda args: (make_output(),), [])
+    graph, outputs, _ = tree.capture(lambda args: (make_output(),), [], NO_COPIES)
     recording = Recording(
         None, static_inputs=[], copied_inputs=[], input_buffers=[], captured_outputs=outputs
     )
@@ -99,7 +103,7 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
 
     path_storages = tree.path_storages()
     static_inputs = [(0, args[0].data_ptr(), args[0].untyped_storage().data_ptr())]
-    graph, outputs, consumed = tree.capture(graph, args)
+    graph, outputs, consumed = tree.capture(graph, args, NO_COPIES)
     recording = Recording(
         None,
         static_inputs=static_inputs,
@@ -230,6 +234,31 @@ def test_capture_frees_an_input_it_consumes_when_it_drops_it(tree):
     assert output_ptr(a) not in tree.backend.allocated
     assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
     assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+
+
+def test_a_copied_input_the_capture_returns_is_pool_memory_a_later_capture_can_consume(tree):
+    def forward(args):  # returns its input batch too, as a forward saving it for backward
+        (x,) = args
+        args.clear()
+        return torch.empty(16), x
+
+    buffers = InputBuffers([0], copy_values=False)
+    graph, outputs, _ = tree.capture(forward, [torch.ones(16)], buffers)
+    recording = Recording(
+        None,
+        static_inputs=[],
+        copied_inputs=[0],
+        input_buffers=buffers.views,
+        captured_outputs=outputs,
+    )
+    del outputs
+    a = tree.add_node(0, "forward", "forward", (), recording)
+    tree.enter(a)
+    (buffer,) = recording.input_buffers
+    assert buffer.data_ptr() in tree.backend.allocated
+    args = [recording.outputs()[1]]  # the saved batch, handed to the backward only
+    record_consuming(tree, 1, args)
+    assert buffer.data_ptr() not in tree.backend.allocated
 
 
 def test_a_node_that_consumed_an_input_replays_once_the_caller_drops_it(tree):

@@ -36,7 +36,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
 from . import stats
-from .recording import Recording, writable_view
+from .recording import InputBuffers, Recording
 from .tree import GraphNode, GraphTree, all_trees, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
@@ -205,11 +205,6 @@ class GraphedCallable:
             return self._run_eagerly(tree, args)
 
         stats.counters["records"] += 1
-        # Filled with this call's values: a real capture executes nothing, but the CPU
-        # emulator's does, and must not index with garbage.
-        buffers = [_empty_like_strided(args[i]) for i in copied]
-        for buffer, i in zip(buffers, copied):
-            writable_view(buffer).copy_(writable_view(args[i]))
         static_inputs = [
             (i, args[i].data_ptr(), args[i].untyped_storage().data_ptr()) for i in static
         ]
@@ -217,15 +212,14 @@ class GraphedCallable:
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
         first_replay_args = [arg if i in copied else None for i, arg in enumerate(args)]
         capture_args = list(args)
-        for i, buffer in zip(copied, buffers):
-            capture_args[i] = buffer
         args.clear()
-        graph, captured_outputs, consumed = tree.capture(self.fn, capture_args)
+        input_buffers = InputBuffers(copied, copy_values=tree.backend.emulated)
+        graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
         recording = Recording(
             graph,
             static_inputs=static_inputs,
             copied_inputs=copied,
-            input_buffers=buffers,
+            input_buffers=input_buffers.views,
             captured_outputs=captured_outputs,
             path_storages=path_storages,
             consumed_inputs=consumed,
@@ -243,10 +237,6 @@ class GraphedCallable:
 def _forget_callable(callable_id: int) -> None:
     for tree in all_trees():
         tree.forget_callable(callable_id)
-
-
-def _empty_like_strided(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
 
 
 def _set_pending_backward(tree: GraphTree) -> None:

@@ -70,13 +70,10 @@ class Recording:
             ptr: storage for ptr, storage in (path_storages or {}).items() if ptr in input_storages
         }
         self._set_output_aliases([_alias(out, path_inputs) for out in outputs])
-        # Memory the capture allocated for the outputs: not that of a static input (a
-        # parameter returned as is) nor that of an input buffer (a view of a copied input).
-        not_allocated = input_storages | {
-            b.untyped_storage().data_ptr() for b in self.input_buffers
-        }
+        # Memory the capture allocated for the outputs (input buffers included: a forward
+        # returns its input batch, saved for the backward), not that of a static input.
         self.output_storages = [
-            s for s in _unique_storages(outputs) if s.data_ptr() not in not_allocated
+            s for s in _unique_storages(outputs) if s.data_ptr() not in input_storages
         ]
         # Per output storage: what keeps it allocated (None: nothing, see trees.memory).
         self.output_owners: list[torch.UntypedStorage | None] = []
@@ -142,6 +139,37 @@ class Recording:
     def new_unowned_output_storage(self, index: int) -> torch.UntypedStorage:
         """A fresh unowned storage over output memory ``index`` (to be made its owner)."""
         return _unowned(self.output_storages[index])
+
+
+class InputBuffers:
+    """Places a capture's copied inputs in its pool: the static buffers replays copy into.
+
+    Called inside the capture, before the captured callable (``GraphBackend.capture``): each
+    copied input in ``args`` is replaced by a new tensor of its layout, allocated where the
+    capture allocates. The graph then owns that memory like its scratch: the captured code
+    frees it after its last use, unless an output keeps it (a forward returns its input
+    batch, saved for the backward; the backward may consume it). ``views`` are tensors over
+    the buffers that do not keep them allocated, in the order of ``indices``.
+
+    ``copy_values``: a real capture executes nothing (a copy would be captured into the
+    graph); the CPU emulator's runs the callable, which must not read garbage.
+    """
+
+    def __init__(self, indices: Sequence[int], copy_values: bool) -> None:
+        self.indices = indices
+        self.copy_values = copy_values
+        self.views: list[torch.Tensor] = []
+
+    def __call__(self, args: list[Any]) -> None:
+        for i in self.indices:
+            arg = args[i]
+            buffer = torch.empty_strided(
+                arg.size(), arg.stride(), dtype=arg.dtype, device=arg.device
+            )
+            if self.copy_values:
+                writable_view(buffer).copy_(writable_view(arg))
+            self.views.append(_alias_over(buffer, _unowned(buffer.untyped_storage())))
+            args[i] = buffer
 
 
 def _alias(output: Any, path_storages: Mapping[int, torch.UntypedStorage]) -> Any:

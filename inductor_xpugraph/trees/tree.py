@@ -51,7 +51,7 @@ from . import stats
 from .backends import GraphBackend, backend_class
 from .invalidation import invalidator
 from .memory import OwnedOutputs, memory_strategy
-from .recording import Recording, tensor_over
+from .recording import InputBuffers, Recording, tensor_over
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -248,17 +248,20 @@ class GraphTree:
 
     # -- nodes --------------------------------------------------------------------------------
 
-    def capture(self, fn: Any, args: list[Any]) -> tuple[Any, Any, frozenset[int]]:
+    def capture(
+        self, fn: Any, args: list[Any], place_inputs: InputBuffers
+    ) -> tuple[Any, Any, frozenset[int]]:
         """Capture ``fn(args)`` as a child of the current node (``add_node`` adds it).
 
         ``args`` must hold the only references the caller has to its tensors: path outputs
-        that nothing else references are lent to the capture (``memory``). Returns the graph,
+        that nothing else references are lent to the capture (``memory``), and the copied
+        inputs are replaced by buffers in the pool (``place_inputs``). Returns the graph,
         its outputs, and the addresses of the path outputs it consumed (freed after their
         last use; its own outputs may lie there now).
         """
         self.memory.prepare_capture(self.current, self.pool)
         self.memory.lend_inputs(args)
-        graph, outputs = self.backend.capture(fn, args, self.pool)
+        graph, outputs = self.backend.capture(fn, args, self.pool, place_inputs)
         consumed = self.memory.settle_loans()
         return graph, outputs, consumed
 
@@ -355,14 +358,11 @@ class GraphTree:
     def path_storages(self) -> dict[int, torch.UntypedStorage]:
         """Memory of the outputs of the nodes on the current path (not copied as inputs),
         by address."""
-        storages = {}
-        for node in self.current.path_from_root():
-            recording = node.recording
-            storages.update((s.data_ptr(), s) for s in recording.output_storages)
-            # An output may be a view of an input buffer: that memory is stable too.
-            buffer_storages = (buffer.untyped_storage() for buffer in recording.input_buffers)
-            storages.update((s.data_ptr(), s) for s in buffer_storages)
-        return storages
+        return {
+            storage.data_ptr(): storage
+            for node in self.current.path_from_root()
+            for storage in node.recording.output_storages
+        }
 
     def reset(self) -> None:
         with self.lock:

@@ -43,9 +43,12 @@ class GraphBackend(abc.ABC):
         fn: Callable[[list[Any]], Any],
         args: list[Any],
         pool: Any,
+        place_inputs: Callable[[list[Any]], None],
     ) -> tuple[Graph, Any]:
         """Capture ``fn(args)`` into a new graph whose allocations come from ``pool``.
 
+        ``place_inputs(args)`` runs first, inside the capture: the tensors it allocates (the
+        static buffers of copied inputs) are the graph's, as its scratch is.
         Returns the graph and what ``fn`` returned during capture. On real devices the
         capture does not execute kernels: the returned tensors hold graph memory whose
         contents are only valid after ``graph.replay()``.

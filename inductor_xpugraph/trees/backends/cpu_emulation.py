@@ -105,7 +105,9 @@ class CpuEmulationBackend(GraphBackend):
         fn: Callable[[list[Any]], Any],
         args: list[Any],
         pool: Any,
+        place_inputs: Callable[[list[Any]], None],
     ) -> tuple[EmulatedGraph, Any]:
+        place_inputs(args)  # the emulated graph keeps what it allocates, as its buffers
         graph = EmulatedGraph(fn, args)
         # The emulated capture really runs the callable, a real one executes nothing: every
         # input it may write to (mutated parameters, buffers Inductor reuses in place, such

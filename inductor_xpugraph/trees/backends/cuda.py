@@ -42,9 +42,9 @@ class CudaGraphBackend(DeviceGraphBackend):
         with _fresh_cublas_workspaces():
             return fn(args)
 
-    def capture(self, fn, args, pool):
+    def capture(self, fn, args, pool, place_inputs):
         with _fresh_cublas_workspaces():
-            return super().capture(fn, args, pool)
+            return super().capture(fn, args, pool, place_inputs)
 
     def checkpoint_pool(self, pool):
         return torch._C._cuda_getCheckpointState(self.device_index, pool)

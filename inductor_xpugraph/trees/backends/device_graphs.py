@@ -52,6 +52,7 @@ class DeviceGraphBackend(GraphBackend):
         fn: Callable[[list[Any]], Any],
         args: list[Any],
         pool: Any,
+        place_inputs: Callable[[list[Any]], None],
     ) -> tuple[Any, Any]:
         module = self.device_module
         graph = self.new_graph()
@@ -68,6 +69,7 @@ class DeviceGraphBackend(GraphBackend):
             with module.device(self.device_index), module.stream(self.capture_stream):
                 graph.capture_begin(pool=pool, **self.capture_begin_kwargs)
                 try:
+                    place_inputs(args)
                     outputs = fn(args)
                 finally:
                     graph.capture_end()

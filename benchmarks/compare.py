@@ -16,9 +16,10 @@ transformer at batch 1 with a static KV cache, gpt-fast style), ``train_mlp`` an
 For each variant, in this order:
 1. first calls: every variant is compiled and run 3 times (filling the FX cache); then,
    ``--cold-starts`` times, Dynamo and the graph trees are reset and the variants are built
-   again one by one. The times of a variant's first two calls are what a warm-cache process
-   pays to warm up and record (cache lookup + warmup, then record + first replay); the
-   median over the cold starts is reported, and the ratio of each one;
+   again one by one, starting with another variant each time. The times of a variant's
+   first two calls are what a warm-cache process pays to warm up and record (cache lookup +
+   warmup, then record + first replay); the median over the cold starts is reported, and
+   the ratio of each one;
 2. peak memory, in the last cold start: peak allocated above what was allocated before the
    variant was rebuilt (with cuBLAS workspaces cleared), over those calls and 20 more;
 3. per-call host time: after all variants are built, repeats of N back-to-back calls + one
@@ -291,7 +292,9 @@ def main() -> None:
         reset_all(device)
         last = cold_start == args.cold_starts - 1
         steps: dict[str, Callable[..., Any]] = {}
-        for variant in variants:
+        # Each cold start builds the variants in another order: no variant always goes first.
+        shift = cold_start % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
             if variant == "raw_graph":
                 if last:
                     steps[variant] = raw_graph_step(make_step, make_inputs, device)

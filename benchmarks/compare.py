@@ -18,10 +18,11 @@ For each variant, in this order:
    ``--cold-starts`` times, Dynamo and the graph trees are reset and the variants are built
    again one by one, starting with another variant each time. The times of a variant's
    first two calls are what a warm-cache process pays to warm up and record (cache lookup +
-   warmup, then record + first replay); the median over the cold starts is reported, and
-   the ratio of each one;
-2. peak memory, in the last cold start: peak allocated above what was allocated before the
-   variant was rebuilt (with cuBLAS workspaces cleared), over those calls and 20 more;
+   warmup, then record + first replay): the median over the cold starts is reported, the
+   ratio of each one, and the time spent inside the trees (``timing_tree_entry_points``);
+2. peak memory: after a last reset, each variant is built once more, in the order above,
+   for the timed loops; peak allocated above what was allocated before it was built (with
+   cuBLAS workspaces cleared), over its first 22 calls;
 3. per-call host time: after all variants are built, repeats of N back-to-back calls + one
    synchronize, the variants interleaved inside each repeat (so drift of the shared machine
    hits all of them alike); the median per variant over the repeats;
@@ -31,6 +32,9 @@ For each variant, in this order:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import gc
 import json
 import statistics
 import time
@@ -41,6 +45,7 @@ import torch
 import torch._inductor.cudagraph_trees as upstream_trees
 
 import inductor_xpugraph
+from inductor_xpugraph.trees.graphed_callable import GraphedCallable
 
 VARIANTS = ("eager", "inductor", "upstream", "ours", "raw_graph")
 
@@ -287,39 +292,46 @@ def main() -> None:
             del step
 
     rows: dict[str, dict[str, Any]] = {v: {} for v in variants}
-    first_calls: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    built = [v for v in variants if v != "raw_graph"]
+    first_calls: dict[str, list[tuple[float, float]]] = {v: [] for v in built}
+    in_trees: dict[str, list[float]] = {v: [] for v in built}
     for cold_start in range(args.cold_starts):
         reset_all(device)
-        last = cold_start == args.cold_starts - 1
-        steps: dict[str, Callable[..., Any]] = {}
-        # Each cold start builds the variants in another order: no variant always goes first.
-        shift = cold_start % len(variants)
-        for variant in variants[shift:] + variants[:shift]:
-            if variant == "raw_graph":
-                if last:
-                    steps[variant] = raw_graph_step(make_step, make_inputs, device)
-                continue
-            if cuda and last:
-                # cuBLAS keeps one workspace per stream until someone clears it (graph trees
-                # do): cleared here, every variant pays for the workspaces it allocates.
-                torch._C._cuda_clearCublasWorkspaces()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
+        shift = cold_start % len(built)  # another variant goes first each time
+        for variant in built[shift:] + built[:shift]:
+            gc.collect()
             step = make_step(compiler(variant, device))
-            first_calls[variant].append(tuple(_time_call(step, make_inputs, sync) for _ in "12"))
-            if not last:
-                continue
-            for _ in range(20):
-                step(*make_inputs())
-            sync()
-            if cuda:
-                rows[variant]["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
-            steps[variant] = step
+            with timing_tree_entry_points(sync) as tree_seconds:
+                first_calls[variant].append(
+                    tuple(_time_call(step, make_inputs, sync) for _ in "12")
+                )
+            in_trees[variant].append(tree_seconds[0] * 1e3)
+            del step
     for variant, times in first_calls.items():
-        if times:
-            rows[variant]["first_call_ms"] = statistics.median(t[0] for t in times)
-            rows[variant]["second_call_ms"] = statistics.median(t[1] for t in times)
-            rows[variant]["first_two_ms_each_start"] = [t[0] + t[1] for t in times]
+        rows[variant]["first_call_ms"] = statistics.median(t[0] for t in times)
+        rows[variant]["second_call_ms"] = statistics.median(t[1] for t in times)
+        rows[variant]["first_two_ms_each_start"] = [t[0] + t[1] for t in times]
+        rows[variant]["in_trees_ms_each_start"] = in_trees[variant]
+
+    reset_all(device)
+    steps: dict[str, Callable[..., Any]] = {}
+    for variant in variants:  # built once more, for peak memory and the timed loops
+        if variant == "raw_graph":
+            steps[variant] = raw_graph_step(make_step, make_inputs, device)
+            continue
+        gc.collect()
+        if cuda:
+            # cuBLAS keeps one workspace per stream until someone clears it (graph trees do):
+            # cleared here, every variant pays for the workspaces it allocates.
+            torch._C._cuda_clearCublasWorkspaces()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        steps[variant] = step = make_step(compiler(variant, device))
+        for _ in range(22):
+            step(*make_inputs())
+        sync()
+        if cuda:
+            rows[variant]["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
 
     inputs = make_inputs()  # one set of inputs for the timed loops (decode: a fixed position)
     samples: dict[str, list[float]] = {v: [] for v in variants}
@@ -346,6 +358,47 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"workload": args.workload, "rows": rows}, f, indent=2)
+
+
+@contextlib.contextmanager
+def timing_tree_entry_points(sync):
+    """Wall time spent inside the graph trees, synchronized, as a one-element list of seconds.
+
+    Times the outermost calls of the trees' entry points: ours, ``GraphedCallable.__call__``
+    (warmups, records, replays); upstream's, ``cudagraphify`` (its tree manager's creation
+    and first run) and ``CUDAGraphTreeManager.run``. What remains of a first call is shared
+    by every compiled variant: Dynamo, the cache lookups, loading the compiled code.
+    """
+    spent, depth = [0.0], [0]
+
+    def timed(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    sync()
+                    spent[0] += time.perf_counter() - start
+
+        return wrapper
+
+    entry_points = [
+        (GraphedCallable, "__call__"),
+        (upstream_trees, "cudagraphify"),
+        (upstream_trees.CUDAGraphTreeManager, "run"),
+    ]
+    originals = [getattr(owner, name) for owner, name in entry_points]
+    for (owner, name), original in zip(entry_points, originals):
+        setattr(owner, name, timed(original))
+    try:
+        yield spent
+    finally:
+        for (owner, name), original in zip(entry_points, originals):
+            setattr(owner, name, original)
 
 
 def _time_call(step, make_inputs, sync) -> float:
@@ -410,6 +463,12 @@ def report(workload, device, variants, rows, trains) -> None:
         print(
             f"first two calls ours / upstream (medians): {first / up_first:.2f}  "
             f"[each cold start: {' '.join(per_start)}]"
+        )
+        ours_tree = statistics.median(ours["in_trees_ms_each_start"])
+        up_tree = statistics.median(upstream["in_trees_ms_each_start"])
+        print(
+            f"time in the trees during the first two calls (warmup + record), medians: "
+            f"ours {ours_tree:.1f} ms, upstream {up_tree:.1f} ms, ratio {ours_tree / up_tree:.2f}"
         )
         if ours.get("peak_mib") and upstream.get("peak_mib"):
             print(f"peak memory ours / upstream: {ours['peak_mib'] / upstream['peak_mib']:.2f}")

@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 benchmarks/memory_at_peak.py --workload train_gpt2 --variant ours
 
 Runs 8 steps of a ``compare.py`` training workload with the CUDA allocator's history
-recording on, then replays the recorded allocations and frees to find the moment of peak
+recording on, and prints the peak allocated memory of each step (as ``compare.py`` counts
+it: above what was allocated before the model was built). It then replays the recorded allocations and frees to find the moment of peak
 allocated memory, and prints the allocations live at that moment, largest first, grouped by
 where they were made (the innermost frame in torch or in generated code) and by pool
 ("private" = a graph pool).
@@ -58,19 +59,25 @@ def main() -> None:
         inductor_xpugraph.enable("cuda")
     else:
         inductor_xpugraph.disable("cuda")
-    step = make_step(lambda fn: torch.compile(fn, mode="reduce-overhead"))
     torch._C._cuda_clearCublasWorkspaces()
+    base = torch.cuda.memory_allocated()
+    step = make_step(lambda fn: torch.compile(fn, mode="reduce-overhead"))
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    step_peaks = []
     for _ in range(args.steps):
+        torch.cuda.reset_peak_memory_stats()
         step(*make_inputs())
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        step_peaks.append((torch.cuda.max_memory_allocated() - base) / 2**20)
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     peak, blocks = live_at_peak(snapshot)
     groups: collections.Counter[str] = collections.Counter()
     for block in blocks:
         groups[_site(block.get("frames", []))] += block["size"]
-    print(f"{args.workload} / {args.variant}: peak of traced allocations {peak / 2**20:.1f} MiB")
+    print(f"{args.workload} / {args.variant}: peak of each step above the memory before the")
+    print("  model was built (MiB): " + " ".join(f"{p:.3f}" for p in step_peaks))
+    print(f"  peak of traced allocations {peak / 2**20:.3f} MiB")
     for site, size in groups.most_common(15):
         print(f"  {size / 2**20:8.1f} MiB  {site}")
 

@@ -4,10 +4,10 @@
 
 Runs 8 steps of a ``compare.py`` training workload with the CUDA allocator's history
 recording on, and prints the peak allocated memory of each step (as ``compare.py`` counts
-it: above what was allocated before the model was built). It then replays the recorded allocations and frees to find the moment of peak
-allocated memory, and prints the allocations live at that moment, largest first, grouped by
-where they were made (the innermost frame in torch or in generated code) and by pool
-("private" = a graph pool).
+it: above what was allocated before the model was built). It then replays the recorded
+allocations and frees to find the moment of peak allocated memory, and prints the
+allocations live at that moment, largest first, grouped by where they were made (the
+innermost frame in torch or in generated code) and by pool ("private" = a graph pool).
 """
 
 from __future__ import annotations

@@ -20,12 +20,11 @@ For each variant, in this order:
    first two calls are what a warm-cache process pays to warm up and record (cache lookup +
    warmup, then record + first replay): the median over the cold starts is reported, the
    ratio of each one, and the time spent inside the trees (``timing_tree_entry_points``);
-2. peak memory: after a last reset, each variant is built once more, in the order above,
-   for the timed loops; peak allocated above what was allocated before it was built (with
-   cuBLAS workspaces cleared), over its first 22 calls;
-3. per-call host time: after all variants are built, repeats of N back-to-back calls + one
-   synchronize, the variants interleaved inside each repeat (so drift of the shared machine
-   hits all of them alike); the median per variant over the repeats;
+2. peak memory, each variant in a fresh process: peak allocated above what was allocated
+   before the model was built (cuBLAS workspaces cleared), over its first 22 calls;
+3. per-call host time: after a last reset, all variants are built again; then repeats of
+   N back-to-back calls + one synchronize, the variants interleaved inside each repeat (so
+   drift of the shared machine hits all of them alike); the median per variant;
 4. GPU span: CUDA events around one call issued on an idle device, median of 50.
 """
 
@@ -37,6 +36,8 @@ import functools
 import gc
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -272,7 +273,13 @@ def main() -> None:
         help="first calls: times each variant is rebuilt from a reset; medians are reported",
     )  # fmt: skip
     parser.add_argument("--out", default=None)
+    parser.add_argument("--peak-of", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # Our memory strategy is per device tree, read when the tree is created: one per process.
+    inductor_xpugraph.config.allocator_checkpointing = args.memory == "checkpointing"
+    if args.peak_of:
+        print_peak(args.workload, args.peak_of)
+        return
     device = args.device
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -281,8 +288,6 @@ def main() -> None:
     if trains:  # a hand capture of a whole training step is not a fair floor
         variants = [v for v in variants if v != "raw_graph"]
 
-    # Our memory strategy is per device tree, read when the tree is created: one per process.
-    inductor_xpugraph.config.allocator_checkpointing = args.memory == "checkpointing"
     for variant in variants:  # fill the FX cache: every variant then starts from a warm one
         if variant not in ("eager", "raw_graph"):
             step = make_step(compiler(variant, device))
@@ -313,25 +318,20 @@ def main() -> None:
         rows[variant]["first_two_ms_each_start"] = [t[0] + t[1] for t in times]
         rows[variant]["in_trees_ms_each_start"] = in_trees[variant]
 
+    if cuda:
+        for variant in built:
+            rows[variant]["peak_mib"] = peak_in_fresh_process(args.workload, args.memory, variant)
+
     reset_all(device)
     steps: dict[str, Callable[..., Any]] = {}
-    for variant in variants:  # built once more, for peak memory and the timed loops
+    for variant in variants:  # built once more, for the timed loops
         if variant == "raw_graph":
             steps[variant] = raw_graph_step(make_step, make_inputs, device)
             continue
-        gc.collect()
-        if cuda:
-            # cuBLAS keeps one workspace per stream until someone clears it (graph trees do):
-            # cleared here, every variant pays for the workspaces it allocates.
-            torch._C._cuda_clearCublasWorkspaces()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
         steps[variant] = step = make_step(compiler(variant, device))
         for _ in range(22):
             step(*make_inputs())
         sync()
-        if cuda:
-            rows[variant]["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
 
     inputs = make_inputs()  # one set of inputs for the timed loops (decode: a fixed position)
     samples: dict[str, list[float]] = {v: [] for v in variants}
@@ -399,6 +399,37 @@ def timing_tree_entry_points(sync):
     finally:
         for (owner, name), original in zip(entry_points, originals):
             setattr(owner, name, original)
+
+
+def peak_in_fresh_process(workload: str, memory: str, variant: str) -> float:
+    """Peak memory of a variant's first ``PEAK_CALLS`` calls, measured in a new process.
+
+    Nothing else is allocated there: in this process, memory the variants built earlier
+    hold or free (cuBLAS workspaces, cached handles) would shift the count by a fraction of
+    a MiB either way.
+    """
+    command = [sys.executable, __file__, "--workload", workload, "--memory", memory]
+    result = subprocess.run(
+        [*command, "--peak-of", variant], check=True, capture_output=True, text=True
+    )
+    return json.loads(result.stdout.splitlines()[-1])["peak_mib"]
+
+
+def print_peak(workload: str, variant: str) -> None:
+    """``--peak-of``: peak allocated above what was allocated before the variant was built
+    (with cuBLAS workspaces cleared), over its first ``PEAK_CALLS`` calls."""
+    make_step, make_inputs, _ = WORKLOADS[workload]("cuda")
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step = make_step(compiler(variant, "cuda"))
+    for _ in range(PEAK_CALLS):
+        step(*make_inputs())
+    torch.cuda.synchronize()
+    print(json.dumps({"peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}))
+
+
+PEAK_CALLS = 22
 
 
 def _time_call(step, make_inputs, sync) -> float:

@@ -60,7 +60,7 @@ def main() -> None:
     else:
         inductor_xpugraph.disable("cuda")
     torch._C._cuda_clearCublasWorkspaces()
-    base = torch.cuda.memory_allocated()
+    base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     step = make_step(lambda fn: torch.compile(fn, mode="reduce-overhead"))
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     step_peaks = []
@@ -77,6 +77,8 @@ def main() -> None:
         groups[_site(block.get("frames", []))] += block["size"]
     print(f"{args.workload} / {args.variant}: peak of each step above the memory before the")
     print("  model was built (MiB): " + " ".join(f"{p:.3f}" for p in step_peaks))
+    reserved = (torch.cuda.memory_reserved() - base_reserved) / 2**20
+    print(f"  reserved by the allocator after the last step: {reserved:.1f} MiB")
     print(f"  peak of traced allocations {peak / 2**20:.3f} MiB")
     for site, size in groups.most_common(15):
         print(f"  {size / 2**20:8.1f} MiB  {site}")

@@ -78,7 +78,15 @@ def main() -> None:
     print(f"{args.workload} / {args.variant}: peak of each step above the memory before the")
     print("  model was built (MiB): " + " ".join(f"{p:.3f}" for p in step_peaks))
     reserved = (torch.cuda.memory_reserved() - base_reserved) / 2**20
-    print(f"  reserved by the allocator after the last step: {reserved:.1f} MiB")
+    in_pools = sum(
+        segment["total_size"]
+        for segment in snapshot["segments"]
+        if segment["segment_pool_id"] != (0, 0)
+    )
+    print(
+        f"  reserved by the allocator after the last step: {reserved:.1f} MiB, of which "
+        f"{in_pools / 2**20:.1f} MiB in graph pools"
+    )
     print(f"  peak of traced allocations {peak / 2**20:.3f} MiB")
     for site, size in groups.most_common(15):
         print(f"  {size / 2**20:8.1f} MiB  {site}")

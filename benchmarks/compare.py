@@ -49,6 +49,7 @@ import inductor_xpugraph
 from inductor_xpugraph.trees.graphed_callable import GraphedCallable
 
 VARIANTS = ("eager", "inductor", "upstream", "ours", "raw_graph")
+PEAK_CALLS = 22  # warmup, record, then replays
 
 
 # -- workloads: each returns (make_step, make_inputs, trains) ---------------------------------
@@ -329,7 +330,7 @@ def main() -> None:
             steps[variant] = raw_graph_step(make_step, make_inputs, device)
             continue
         steps[variant] = step = make_step(compiler(variant, device))
-        for _ in range(22):
+        for _ in range(PEAK_CALLS):  # past warmup and record, as in the peak measurement
             step(*make_inputs())
         sync()
 
@@ -404,14 +405,13 @@ def timing_tree_entry_points(sync):
 def peak_in_fresh_process(workload: str, memory: str, variant: str) -> float:
     """Peak memory of a variant's first ``PEAK_CALLS`` calls, measured in a new process.
 
-    Nothing else is allocated there: in this process, memory the variants built earlier
-    hold or free (cuBLAS workspaces, cached handles) would shift the count by a fraction of
-    a MiB either way.
+    Nothing else is allocated there. In this process, what the variants built earlier hold
+    or free during the measured calls shifted the count, by 0.5 to 16 MiB (RESULTS.md,
+    session 6).
     """
     command = [sys.executable, __file__, "--workload", workload, "--memory", memory]
-    result = subprocess.run(
-        [*command, "--peak-of", variant], check=True, capture_output=True, text=True
-    )
+    command += ["--peak-of", variant]
+    result = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(result.stdout.splitlines()[-1])["peak_mib"]
 
 
@@ -427,9 +427,6 @@ def print_peak(workload: str, variant: str) -> None:
         step(*make_inputs())
     torch.cuda.synchronize()
     print(json.dumps({"peak_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}))
-
-
-PEAK_CALLS = 22
 
 
 def _time_call(step, make_inputs, sync) -> float:

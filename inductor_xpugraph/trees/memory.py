@@ -87,6 +87,15 @@ class _PathReuse:
     def can_capture_below(self, parent: GraphNode) -> bool:
         return True
 
+    def held_bytes(self, nodes: list[GraphNode]) -> int:
+        """Bytes of the outputs of ``nodes`` that own pool memory now."""
+        return sum(
+            owner.nbytes()
+            for node in nodes
+            for owner in node.recording.output_owners
+            if owner is not None
+        )
+
     def _free(self, output: Output) -> None:
         raise NotImplementedError
 
@@ -203,14 +212,6 @@ class OwnedOutputs(_PathReuse):
         for node in nodes:  # their owners die with them
             self.lent_to.pop(node, None)
 
-    def held_bytes(self, nodes: list[GraphNode]) -> int:
-        return sum(
-            owner.nbytes()
-            for node in nodes
-            for owner in node.recording.output_owners
-            if owner is not None
-        )
-
     def _free(self, output: Output) -> None:
         node, index = output
         node.recording.output_owners[index] = None  # the last reference: freed now
@@ -273,14 +274,6 @@ class CheckpointedPool(_PathReuse):
         for node in nodes:
             self.checkpoints.pop(node, None)
             self.allocated_at.pop(node, None)
-
-    def held_bytes(self, nodes: list[GraphNode]) -> int:
-        return sum(
-            owner.nbytes()
-            for node in self.pool_path
-            for owner in node.recording.output_owners
-            if owner is not None
-        )
 
     def _free(self, output: Output) -> None:
         node, index = output

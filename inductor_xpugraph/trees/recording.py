@@ -105,9 +105,6 @@ class Recording:
         """New tensor objects over the output memory (see ``_outputs_builder``)."""
         return self._build_outputs()
 
-    def output_bytes(self) -> int:
-        return sum(storage.nbytes() for storage in self.output_storages)
-
     def take_output_ownership(self) -> list[torch.UntypedStorage]:
         """Rebuild the outputs over unowned storages of the same memory; return the owners.
 

@@ -177,7 +177,7 @@ def test_a_backward_consumes_the_copy_of_the_input_batch_its_forward_saved(
         forward, backward = sorted(tree.nodes(), key=lambda n: n.seq)
     # The batch's static buffer is pool memory, saved by the forward: the backward frees it.
     (batch,) = forward.recording.input_buffers
-    consumed = {storage.data_ptr() for _, storage, *_ in backward.consumed_inputs}
+    consumed = {consumed.block.address for consumed in backward.consumed_inputs}
     assert batch.data_ptr() in consumed
 
 

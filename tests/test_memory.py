@@ -101,7 +101,7 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
         y = new_output(address) if new_output else torch.empty(16)
         return (y, x[:8]) if keep_input else (y,)
 
-    path_storages = tree.path_storages()
+    path_blocks = tree.path_blocks()
     static_inputs = [(0, args[0].data_ptr(), args[0].untyped_storage().data_ptr())]
     graph, outputs, consumed = tree.capture(graph, args, NO_COPIES)
     recording = Recording(
@@ -110,7 +110,7 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
         copied_inputs=[],
         input_buffers=[],
         captured_outputs=outputs,
-        path_storages=path_storages,
+        path_blocks=path_blocks,
         consumed_inputs=consumed,
     )
     del outputs
@@ -119,8 +119,12 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
     return node
 
 
+def owners(node):
+    return [block.owner for block in node.recording.blocks]
+
+
 def output_ptr(node):
-    return node.recording.output_storages[0].data_ptr()
+    return node.recording.blocks[0].address
 
 
 def test_only_the_pool_path_owns_output_memory(tree):
@@ -128,7 +132,7 @@ def test_only_the_pool_path_owns_output_memory(tree):
     b, b_out = record(tree, 1)
     assert tree.memory.pool_path == [a, b]
     assert tree.backend.allocated == {output_ptr(a), output_ptr(b)}
-    assert all(node.recording.output_owners[0] is not None for node in (a, b))
+    assert all(node.recording.blocks[0].owner is not None for node in (a, b))
 
 
 def test_capture_at_the_root_frees_every_output_of_the_other_branch(tree):
@@ -137,7 +141,7 @@ def test_capture_at_the_root_frees_every_output_of_the_other_branch(tree):
     tree.current = tree.root  # a new generation
     c, c_out = record(tree, 2)
     assert tree.memory.pool_path == [c]
-    assert a.recording.output_owners == [None] and b.recording.output_owners == [None]
+    assert owners(a) == [None] and owners(b) == [None]
     assert tree.backend.allocated == {output_ptr(c)}
     assert tree.backend.restores == []
 
@@ -153,8 +157,8 @@ def test_capture_below_a_node_off_the_pool_path_restores_its_outputs(tree):
     d, d_out = record(tree, 3)
     assert tree.backend.restores == [a_checkpoint]
     assert tree.memory.pool_path == [a, d]
-    assert c.recording.output_owners == [None]
-    assert a.recording.output_owners[0].data_ptr() == output_ptr(a)
+    assert owners(c) == [None]
+    assert a.recording.blocks[0].owner.data_ptr() == output_ptr(a)
     assert tree.backend.allocated == {output_ptr(a), output_ptr(d)}
     assert a_out.data_ptr() == output_ptr(a)  # held, hence re-allocated
 
@@ -163,9 +167,9 @@ def test_capture_reuses_outputs_of_its_step_that_nothing_references(tree):
     a, a_out = record(tree, 0)
     del a_out  # the caller is done with it (say, logits once the loss is computed)
     b, b_out = record(tree, 1)
-    assert a.recording.output_owners == [None]
+    assert owners(a) == [None]
     assert tree.backend.allocated == {output_ptr(b)}
-    assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
+    assert list(b.reused_outputs) == a.recording.blocks
     assert b.release_reused_memory([])
 
 
@@ -200,12 +204,12 @@ def test_dropping_a_node_of_the_pool_path_frees_it_and_its_descendants(tree):
     assert b not in tree.memory.checkpoints
 
 
-def test_a_recording_keeps_no_owner_of_its_outputs_under_checkpointing(tree):
+def test_outputs_are_built_over_a_storage_that_does_not_own_their_memory(tree):
     a, a_out = record(tree, 0)
-    owners = a.recording.output_owners
-    views = a.recording.output_storages
-    assert [s.data_ptr() for s in owners] == [s.data_ptr() for s in views]
-    assert all(view is not owner for view, owner in zip(views, owners))
+    (block,) = a.recording.blocks
+    assert block.owner.data_ptr() == block.storage.data_ptr() == block.address
+    assert block.storage is not block.owner
+    assert a_out.untyped_storage()._cdata == block.storage._cdata
     assert a_out.data_ptr() == output_ptr(a)
 
 
@@ -216,8 +220,8 @@ def test_pool_memory_no_output_accounts_for_switches_the_tree_to_owned_outputs(t
         c, c_out = record(tree, 2, leak=True)
     assert "owned outputs instead of allocator checkpointing" in caplog.text
     assert tree.current is tree.off_tree  # the rest of this step runs un-graphed
-    assert c.recording.output_owners[0] is not None
-    assert a.recording.output_owners[0] is not None  # a_out is still valid in this step
+    assert c.recording.blocks[0].owner is not None
+    assert a.recording.blocks[0].owner is not None  # a_out is still valid in this step
     old_pool = tree._pool
     tree.start_generation()
     assert isinstance(tree.memory, OwnedOutputs)
@@ -230,10 +234,10 @@ def test_capture_frees_an_input_it_consumes_when_it_drops_it(tree):
     args = [a_out]
     del a_out
     b = record_consuming(tree, 1, args)
-    assert a.recording.output_owners == [None]
+    assert owners(a) == [None]
     assert output_ptr(a) not in tree.backend.allocated
-    assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
-    assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+    assert list(b.reused_outputs) == a.recording.blocks
+    assert [consumed.index for consumed in b.consumed_inputs] == [0]
 
 
 def test_a_copied_input_the_capture_returns_is_pool_memory_a_later_capture_can_consume(tree):
@@ -286,7 +290,7 @@ def test_a_node_that_consumed_an_input_does_not_replay_while_it_is_held(tree):
 def test_an_input_referenced_elsewhere_is_not_lent_to_the_capture(tree):
     a, a_out = record(tree, 0)
     b = record_consuming(tree, 1, [a_out])  # the caller still holds a_out
-    assert a.recording.output_owners[0] is not None
+    assert a.recording.blocks[0].owner is not None
     assert output_ptr(a) in tree.backend.allocated
     assert b.consumed_inputs == () and b.reused_outputs == ()
 
@@ -296,13 +300,13 @@ def test_a_lent_input_the_capture_returns_a_view_of_is_owned_again(tree):
     args = [a_out]
     del a_out
     b = record_consuming(tree, 1, args, keep_input=True)
-    assert a.recording.output_owners[0] is not None
+    assert a.recording.blocks[0].owner is not None
     assert output_ptr(a) in tree.backend.allocated
     assert b.consumed_inputs == ()
     view = b.recording.outputs()[1]
     # The view counts as a use of a's output: a later capture does not reuse its memory.
     assert view.untyped_storage().data_ptr() == output_ptr(a)
-    assert not a.recording.output_is_dead(0)
+    assert not a.recording.blocks[0].is_dead()
 
 
 def test_an_output_placed_in_the_memory_of_a_consumed_input_is_the_captures_own(tree):
@@ -319,7 +323,7 @@ def test_an_output_placed_in_the_memory_of_a_consumed_input_is_the_captures_own(
     b = record_consuming(tree, 1, args, new_output=over_arena)
     assert tree.current is b  # the pool check accounted for the memory the capture reused
     assert output_ptr(b) == output_ptr(a) == arena.data_ptr()
-    assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+    assert [consumed.index for consumed in b.consumed_inputs] == [0]
     (b_out,) = b.recording.outputs()
     assert b_out.shape == (16,)
 
@@ -346,9 +350,9 @@ def lend_to_a_backward(tree):
 
 def test_owned_outputs_lend_an_input_the_capture_consumes(owned_tree):
     a, b = lend_to_a_backward(owned_tree)
-    assert a.recording.output_owners == [None]
-    assert [storage for storage, _ in b.reused_outputs] == a.recording.output_storages
-    assert [consumed[0] for consumed in b.consumed_inputs] == [0]
+    assert owners(a) == [None]
+    assert list(b.reused_outputs) == a.recording.blocks
+    assert [consumed.index for consumed in b.consumed_inputs] == [0]
     assert owned_tree.memory.lent_to == {a: {b}}
 
 
@@ -356,14 +360,14 @@ def test_owned_outputs_free_a_dead_output_for_the_next_capture(owned_tree):
     a, a_out = record(owned_tree, 0)
     del a_out  # the logits, once the loss is computed
     c, c_out = record(owned_tree, 1)
-    assert a.recording.output_owners == [None]
-    assert [storage for storage, _ in c.reused_outputs] == a.recording.output_storages
+    assert owners(a) == [None]
+    assert list(c.reused_outputs) == a.recording.blocks
 
 
 def test_owned_outputs_keep_an_output_still_referenced(owned_tree):
     a, a_out = record(owned_tree, 0)
     b = record_consuming(owned_tree, 1, [a_out])  # the caller still holds a_out
-    assert a.recording.output_owners[0] is not None
+    assert a.recording.blocks[0].owner is not None
     assert b.reused_outputs == () and owned_tree.memory.lent_to == {}
 
 
@@ -397,5 +401,5 @@ def test_owned_outputs_refuse_a_capture_below_a_lender_whose_borrower_was_droppe
 def test_owned_outputs_without_lending_keep_every_output(owned_tree):
     owned_tree.memory = OwnedOutputs(lending=False)
     a, b = lend_to_a_backward(owned_tree)
-    assert a.recording.output_owners[0] is not None
+    assert a.recording.blocks[0].owner is not None
     assert b.reused_outputs == () and b.consumed_inputs == ()

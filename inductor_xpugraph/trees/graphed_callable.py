@@ -36,8 +36,9 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
 from . import stats
+from .node import GraphNode
 from .recording import InputBuffers, Recording
-from .tree import GraphNode, GraphTree, all_trees, thread_trees, tree_for
+from .tree import GraphTree, all_trees, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -186,12 +187,12 @@ class GraphedCallable:
         return self._record(tree, key, args)
 
     def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
-        path_storages = tree.path_storages()
+        path_blocks = tree.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         static = [
             i
             for i in tensor_inputs
-            if i in self.static_inputs or args[i].untyped_storage().data_ptr() in path_storages
+            if i in self.static_inputs or args[i].untyped_storage().data_ptr() in path_blocks
         ]
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]
@@ -221,7 +222,7 @@ class GraphedCallable:
             copied_inputs=copied,
             input_buffers=input_buffers.views,
             captured_outputs=captured_outputs,
-            path_storages=path_storages,
+            path_blocks=path_blocks,
             consumed_inputs=consumed,
         )
         del captured_outputs, capture_args

@@ -1,15 +1,24 @@
-"""Stale outputs: make a tensor raise a clear error on any later access.
+"""What happens to graph memory the caller still holds when its generation ends.
 
-When a new generation starts, the outputs handed out in the previous one are about to be
-overwritten by the next replays. Each such tensor object is cut from its storage and set to
-raise our message on access (the core
-``TensorImpl::release_storage_and_set_meta_custom_data_ptr_error_msg_``).
+The next replays will overwrite it, so every tensor over it must either raise or stop
+reading it. Three primitives, each on every backend:
 
-- CUDA builds of torch expose that as ``torch._C._set_storage_access_error_msg``;
-- elsewhere (XPU, CPU builds) a ten-line C++ extension calls the same core method. It is
-  built with ``torch.utils.cpp_extension.load_inline`` the first time it is needed (about
-  30 s) and cached by torch in ``TORCH_EXTENSIONS_DIR``. If it cannot be built, a warning
-  says so once and stale outputs silently hold overwritten data, as plain device graphs do.
+- ``tensor_invalidator()``: one tensor object is cut from its storage and raises our message
+  on any access (the core ``TensorImpl::release_storage_and_set_meta_custom_data_ptr_error_msg_``).
+- ``storage_invalidator()``: a storage object raises our message on any data access, so every
+  tensor over it does too, views included (``StorageImpl::
+  release_data_and_set_meta_custom_data_ptr_error_msg_``; this is what upstream's trees do).
+- ``copy_out_of_pool(storage)``: the storage object gets a copy of its data in fresh memory
+  outside the pool, so every tensor over it keeps its values; a new storage object over the
+  graph memory is returned for the runtime to continue with.
+
+CUDA builds of torch expose the two invalidations as ``torch._C._set_storage_access_error_msg``
+and ``torch._C._set_storage_data_ptr_access_error_msg``. Elsewhere (XPU and CPU builds) a
+small C++ extension calls the same core methods. It is built with
+``torch.utils.cpp_extension.load_inline`` the first time it is needed (about 30 s) and cached
+by torch in ``TORCH_EXTENSIONS_DIR``. If it cannot be built, a warning says so once and the
+runtime copies held memory out of the pool instead (correct, but a copy per held output).
+``copy_out_of_pool`` needs only ``UntypedStorage._swap_data_ptr_`` (every supported torch).
 """
 
 from __future__ import annotations
@@ -17,42 +26,80 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 
 log = logging.getLogger("inductor_xpugraph")
 
-Invalidator = Callable[[torch.Tensor, str], None]
+TensorInvalidator = Callable[[torch.Tensor, str], None]
+StorageInvalidator = Callable[[torch.UntypedStorage, str], None]
 
 _EXTENSION_SOURCE = r"""
 #include <torch/extension.h>
 
-void invalidate(const at::Tensor& tensor, const std::string& message) {
+void invalidate_tensor(const at::Tensor& tensor, const std::string& message) {
   tensor.unsafeGetTensorImpl()->release_storage_and_set_meta_custom_data_ptr_error_msg_(message);
+}
+
+void invalidate_storage(int64_t storage_impl, const std::string& message) {
+  reinterpret_cast<c10::StorageImpl*>(storage_impl)
+      ->release_data_and_set_meta_custom_data_ptr_error_msg_(message);
 }
 """
 
 
 @functools.cache
-def invalidator() -> Invalidator | None:
-    binding = getattr(torch._C, "_set_storage_access_error_msg", None)
-    if binding is not None:
-        return binding
+def _extension() -> ModuleType | None:
     try:
         from torch.utils.cpp_extension import load_inline
 
-        module = load_inline(
+        return load_inline(
             name="inductor_xpugraph_stale_outputs",
             cpp_sources=_EXTENSION_SOURCE,
-            functions=["invalidate"],
+            functions=["invalidate_tensor", "invalidate_storage"],
             verbose=False,
         )
     except Exception as error:  # no compiler, no headers, read-only cache...
         log.warning(
-            "inductor_xpugraph: cannot build the stale-output extension (%s); outputs of "
-            "earlier generations will silently hold overwritten data instead of raising. "
-            "Clone outputs you keep across calls.",
+            "inductor_xpugraph: cannot build the stale-output extension (%s); instead of "
+            "raising on outputs of earlier generations, the runtime copies any it still "
+            "sees referenced out of the graph pool when a generation ends. Clone outputs "
+            "you keep across calls.",
             error,
         )
         return None
-    return module.invalidate
+
+
+@functools.cache
+def tensor_invalidator() -> TensorInvalidator | None:
+    binding = getattr(torch._C, "_set_storage_access_error_msg", None)
+    if binding is not None:
+        return binding
+    extension = _extension()
+    return extension.invalidate_tensor if extension is not None else None
+
+
+@functools.cache
+def storage_invalidator() -> StorageInvalidator | None:
+    binding = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)
+    if binding is None:
+        extension = _extension()
+        if extension is None:
+            return None
+        binding = extension.invalidate_storage
+    return lambda storage, message: binding(storage._cdata, message)
+
+
+def copy_out_of_pool(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """Move ``storage``'s data to fresh memory; return a new storage over the old memory.
+
+    Every tensor over ``storage`` keeps its values, now in memory of its own (freed with it).
+    The returned storage takes over the old memory exactly as ``storage`` held it (owning
+    it or not). The copy is queued on the current stream, before anything that overwrites
+    the old memory.
+    """
+    fresh = torch.UntypedStorage(storage.nbytes(), device=storage.device)
+    fresh.copy_(storage)
+    storage._swap_data_ptr_(fresh)
+    return fresh

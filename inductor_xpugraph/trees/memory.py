@@ -60,11 +60,11 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
+from .node import ConsumedInput, GraphNode
 from .recording import tensor_over
 
 if TYPE_CHECKING:
     from .backends import GraphBackend
-    from .tree import GraphNode
 
 # An output of a node: (node, index into its recording's output storages).
 Output = tuple["GraphNode", int]
@@ -80,9 +80,8 @@ class _PathReuse:
         self._freed_for_capture: list[Output] = []
         # Owners lent to the capture in progress: (output, weak reference to the owner).
         self._loans: list[tuple[Output, StorageWeakRef]] = []
-        # Arguments of the capture over lent outputs, with the layout to rebuild them:
-        # (argument index, output storage, offset, size, stride, dtype).
-        self._lent_args: list[tuple[Any, ...]] = []
+        # Arguments of the capture over lent outputs, with the layout to rebuild them.
+        self._lent_args: list[ConsumedInput] = []
 
     def can_capture_below(self, parent: GraphNode) -> bool:
         return True
@@ -90,10 +89,10 @@ class _PathReuse:
     def held_bytes(self, nodes: list[GraphNode]) -> int:
         """Bytes of the outputs of ``nodes`` that own pool memory now."""
         return sum(
-            owner.nbytes()
+            block.owner.nbytes()
             for node in nodes
-            for owner in node.recording.output_owners
-            if owner is not None
+            for block in node.recording.blocks
+            if block.owner is not None
         )
 
     def _free(self, output: Output) -> None:
@@ -104,8 +103,8 @@ class _PathReuse:
         return [
             (node, index)
             for node in self.pool_path
-            for index, owner in enumerate(node.recording.output_owners)
-            if owner is not None
+            for index, block in enumerate(node.recording.blocks)
+            if block.owner is not None
         ]
 
     def _begin_reuse(self, outputs: list[Output]) -> None:
@@ -113,7 +112,7 @@ class _PathReuse:
         ``outputs`` that nothing references any more (the capture may reuse them)."""
         self._loans, self._lent_args = [], []
         self._freed_for_capture = [
-            (node, index) for node, index in outputs if node.recording.output_is_dead(index)
+            (node, index) for node, index in outputs if node.recording.blocks[index].is_dead()
         ]
         for output in self._freed_for_capture:
             self._free(output)
@@ -126,23 +125,21 @@ class _PathReuse:
         the argument. The caller must hold no other reference to ``args``' tensors.
         """
         held_by_ptr = {
-            node.recording.output_storages[index].data_ptr(): (node, index)
-            for node, index in self._held()
+            node.recording.blocks[index].address: (node, index) for node, index in self._held()
         }
         # Taken out of ``args``: their references must not count as uses.
         layouts = _take_arguments_in(held_by_ptr, args)
         for (node, index), arg_layouts in layouts.items():
-            recording = node.recording
-            lend = recording.output_is_dead(index)
-            storage = recording.output_owners[index] if lend else recording.output_storages[index]
+            block = node.recording.blocks[index]
+            lend = block.is_dead()
+            storage = block.owner if lend else block.storage
             for arg_index, *layout in arg_layouts:
                 args[arg_index] = tensor_over(storage, *layout)
             if lend:
                 self._loans.append(((node, index), StorageWeakRef(storage)))
-                recording.output_owners[index] = None
+                block.owner = None
                 self._lent_args.extend(
-                    (arg_index, recording.output_storages[index], *layout)
-                    for arg_index, *layout in arg_layouts
+                    ConsumedInput(arg_index, block, *layout) for arg_index, *layout in arg_layouts
                 )
 
     def settle_loans(self) -> frozenset[int]:
@@ -156,19 +153,17 @@ class _PathReuse:
             owner = torch.UntypedStorage._new_with_weak_ptr(loan.cdata)
             if owner is None:
                 self._freed_for_capture.append((node, index))
-                consumed.add(node.recording.output_storages[index].data_ptr())
+                consumed.add(node.recording.blocks[index].address)
             else:
-                node.recording.output_owners[index] = owner
+                node.recording.blocks[index].owner = owner
         self._loans = []
-        self._lent_args = [entry for entry in self._lent_args if entry[1].data_ptr() in consumed]
+        self._lent_args = [arg for arg in self._lent_args if arg.block.address in consumed]
         return frozenset(consumed)
 
     def _note_reuse(self, node: GraphNode) -> list[Output]:
         """Give the new node what its capture reused; returns those outputs."""
         freed, self._freed_for_capture = self._freed_for_capture, []
-        node.reused_outputs = tuple(
-            (n.recording.output_storages[i], n.recording.output_own_refs[i]) for n, i in freed
-        )
+        node.reused_outputs = tuple(n.recording.blocks[i] for n, i in freed)
         node.consumed_inputs, self._lent_args = tuple(self._lent_args), []
         return freed
 
@@ -203,7 +198,6 @@ class OwnedOutputs(_PathReuse):
             super().lend_inputs(args)
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
-        node.recording.output_owners = node.recording.take_output_ownership()
         for lender, _ in self._note_reuse(node):
             self.lent_to.setdefault(lender, set()).add(node)
         return True
@@ -214,7 +208,7 @@ class OwnedOutputs(_PathReuse):
 
     def _free(self, output: Output) -> None:
         node, index = output
-        node.recording.output_owners[index] = None  # the last reference: freed now
+        node.recording.blocks[index].owner = None  # the last reference: freed now
 
 
 class CheckpointedPool(_PathReuse):
@@ -226,8 +220,8 @@ class CheckpointedPool(_PathReuse):
         super().__init__()
         self.backend = backend
         # ``pool_path``: the nodes whose live outputs are allocated in the pool: their
-        # recordings' ``output_owners`` hold an owning storage per output (None once freed).
-        # Every other node's outputs are unowned.
+        # recordings' blocks hold an owning storage (None once freed). Every other node's
+        # blocks are unowned.
         # The allocator's bookkeeping of the pool right after each node's capture, and which
         # outputs it has allocated.
         self.checkpoints: dict[GraphNode, Any] = {}
@@ -241,22 +235,22 @@ class CheckpointedPool(_PathReuse):
             self._free(output)
         missing = _in_capture_order(wanted - held)
         if missing:
-            owners = [node.recording.new_unowned_output_storage(index) for node, index in missing]
+            owners = [node.recording.blocks[index].new_unowned_storage() for node, index in missing]
             self.backend.restore_pool(pool, self.checkpoints[parent], owners)
             for (node, index), owner in zip(missing, owners):
-                node.recording.output_owners[index] = owner
+                node.recording.blocks[index].owner = owner
         self.pool_path = parent.path_from_root()
         self._begin_reuse(_in_capture_order(wanted))
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording
         held = self._held()
-        expected = [n.recording.output_owners[i] for n, i in held] + recording.output_storages
+        expected = [n.recording.blocks[i].owner for n, i in held]
+        expected += [block.owner for block in recording.blocks]
         if not self.backend.pool_holds_exactly(pool, expected):
             return False
-        recording.output_owners = recording.take_output_ownership()
         self.checkpoints[node] = self.backend.checkpoint_pool(pool)
-        outputs = {(node, index) for index in range(len(recording.output_storages))}
+        outputs = {(node, index) for index in range(len(recording.blocks))}
         self.allocated_at[node] = frozenset(held) | outputs
         self._note_reuse(node)
         self.pool_path.append(node)
@@ -267,7 +261,7 @@ class CheckpointedPool(_PathReuse):
         for index, node in enumerate(self.pool_path):
             if node in dropped:
                 for leaving in self.pool_path[index:]:
-                    for output_index in range(len(leaving.recording.output_owners)):
+                    for output_index in range(len(leaving.recording.blocks)):
                         self._free((leaving, output_index))
                 del self.pool_path[index:]
                 break
@@ -276,11 +270,10 @@ class CheckpointedPool(_PathReuse):
             self.allocated_at.pop(node, None)
 
     def _free(self, output: Output) -> None:
-        node, index = output
-        owner = node.recording.output_owners[index]
-        if owner is not None:
-            self.backend.free_storages([owner])
-            node.recording.output_owners[index] = None
+        block = output[0].recording.blocks[output[1]]
+        if block.owner is not None:
+            self.backend.free_storages([block.owner])
+            block.owner = None
 
 
 def _in_capture_order(outputs) -> list[Output]:

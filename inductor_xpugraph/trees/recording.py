@@ -1,4 +1,4 @@
-"""One captured graph of one compiled callable, and its replay fast path.
+"""One captured graph of one compiled callable, its replay fast path, and its output memory.
 
 A ``Recording`` is made once, at record time, and then only replays. Everything that can be
 decided once is decided in ``__init__``: which inputs are copied and into which static
@@ -6,11 +6,14 @@ buffers, which static inputs must keep their address, and how each output is reb
 replay is then: compare static-input addresses, one batched copy of the other inputs, one
 graph launch, and one cheap tensor per output aliasing the graph's memory.
 
-Output memory: ``output_storages`` are the storages the capture allocated for the outputs;
-each replay hands out fresh tensor objects over them, and like upstream's trees the next
-replay overwrites their contents. ``output_owners`` holds whatever keeps that memory
-allocated: the storages themselves for as long as the recording exists ("owned outputs"), or,
-under allocator checkpointing, owners that the tree frees and re-creates (``memory``).
+Output memory: each storage the capture allocated for the outputs is an ``OutputBlock``.
+Like upstream's trees, every replay hands out fresh tensor objects over the same memory and
+the next replay overwrites their contents. All tensors over a block share one storage object
+(``OutputBlock.storage``), whatever made them: this recording's aliases, the outputs handed
+to the caller, the caller's views of them, ``.data``, ``detach()``, the ``.grad`` autograd
+stole from a gradient, a later recording's output in the same memory. That is what lets the
+tree see, with one reference count, whether the caller still uses a block, and act on every
+tensor over it at once (``OutputBlock.retire_stale`` / ``hand_over``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,61 @@ from typing import Any
 import torch
 
 from .backends import Graph
+from .invalidation import StorageInvalidator, copy_out_of_pool
 
 # torch's C++ loop over input addresses (CUDA builds); elsewhere the Python loop.
 _data_ptrs_at_indices_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+_use_count = torch._C._storage_Use_Count
+
+# Where an output lies: (block, storage offset, size, stride, dtype).
+Layout = tuple["OutputBlock", int, torch.Size, tuple[int, ...], torch.dtype]
+
+
+class OutputBlock:
+    """Graph memory one or more outputs lie in: a storage the capture allocated.
+
+    ``storage`` never owns the memory; ``owner`` keeps it allocated, or nothing does (the
+    memory strategy decides: ``trees.memory``). ``own_refs`` counts the runtime's own
+    references to ``storage``: the object itself and each alias a recording builds over it.
+    Any reference beyond those is the caller's.
+    """
+
+    __slots__ = ("address", "owner", "storage", "own_refs", "aliased_by")
+
+    def __init__(self, owner: torch.UntypedStorage) -> None:
+        self.address = owner.data_ptr()
+        self.owner: torch.UntypedStorage | None = owner
+        self.storage = _unowned(owner)
+        self.own_refs = 1
+        # Recordings with aliases over this memory: its producer, and later graphs of the
+        # path whose outputs lie in it.
+        self.aliased_by: list[Recording] = []
+
+    def is_dead(self) -> bool:
+        """True when nothing but the runtime references this memory."""
+        return _use_count(self.storage._cdata) == self.own_refs
+
+    def new_unowned_storage(self) -> torch.UntypedStorage:
+        """A fresh storage over this memory that does not own it (to be made its owner)."""
+        return _unowned(self.storage)
+
+    def retire_stale(self, invalidate: StorageInvalidator, message: str) -> None:
+        """The caller's tensors over this memory raise ``message`` from now on."""
+        stale, fresh = self.storage, _unowned(self.storage)
+        invalidate(stale, message)
+        self._continue_with(fresh)
+
+    def hand_over(self) -> None:
+        """The caller's tensors over this memory keep their values, in a copy outside the
+        pool (a device copy); the graph keeps its memory."""
+        self._continue_with(copy_out_of_pool(self.storage))
+
+    def _continue_with(self, storage: torch.UntypedStorage) -> None:
+        """Leave the old storage object to the caller; the runtime uses ``storage``."""
+        self.storage = storage
+        for recording in self.aliased_by:
+            recording.rebuild_aliases()
 
 
 class Recording:
@@ -35,12 +90,12 @@ class Recording:
         copied_inputs: Sequence[int],
         input_buffers: Sequence[torch.Tensor],
         captured_outputs: Any,
-        path_storages: Mapping[int, torch.UntypedStorage] | None = None,
+        path_blocks: Mapping[int, OutputBlock] | None = None,
         consumed_inputs: frozenset[int] = frozenset(),
     ) -> None:
         """``static_inputs``: (input index, address, storage address) at capture of every
         tensor input that is not copied: parameters and buffers, and outputs of earlier
-        graphs on the tree path, whose storages ``path_storages`` holds by address.
+        graphs on the tree path, whose blocks ``path_blocks`` holds by address.
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation."""
         self.graph = graph
@@ -61,30 +116,41 @@ class Recording:
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
         )
-        # The recording holds its own aliases, never the captured objects: an output may be a
-        # caller's tensor (an input returned as is), which can later be invalidated as stale.
-        # An output in the memory of an earlier graph's output is rebuilt over that output's
-        # storage, so that it counts as a use of it (the capture may have seen a lent owner).
         input_storages = {storage_ptr for _, _, storage_ptr in static_inputs} - consumed_inputs
-        path_inputs = {
-            ptr: storage for ptr, storage in (path_storages or {}).items() if ptr in input_storages
-        }
-        self._set_output_aliases([_alias(out, path_inputs) for out in outputs])
-        # Memory the capture allocated for the outputs (input buffers included: a forward
-        # returns its input batch, saved for the backward), not that of a static input.
-        self.output_storages = [
-            s for s in _unique_storages(outputs) if s.data_ptr() not in input_storages
-        ]
-        # Per output storage: what keeps it allocated (None: nothing, see trees.memory).
-        self.output_owners: list[torch.UntypedStorage | None] = []
-        # Per output storage: the references this recording itself holds to it.
-        self.output_own_refs: list[int] = []
+        self._layouts, self._constants, self.blocks = _output_layouts(
+            outputs, input_storages, path_blocks or {}
+        )
+        # Every block this recording builds aliases over, with how many: its references.
+        self._alias_counts: dict[OutputBlock, int] = {}
+        for layout in self._layouts:
+            if layout is not None:
+                self._alias_counts[layout[0]] = self._alias_counts.get(layout[0], 0) + 1
+        for block, count in self._alias_counts.items():
+            block.aliased_by.append(self)
+            block.own_refs += count
+        self.rebuild_aliases()
 
-    def _set_output_aliases(self, aliases: list[Any]) -> None:
-        """What each replay's outputs are built from, and the builder, specialised once."""
-        self._output_aliases = aliases
-        self._output_factories = [_output_factory(out) for out in aliases]
+    def rebuild_aliases(self) -> None:
+        """Build what each replay's outputs are made from over the blocks' current storages,
+        and specialise the builder once."""
+        self._output_aliases = [
+            tensor_over(layout[0].storage, *layout[1:]) if layout is not None else constant
+            for layout, constant in zip(self._layouts, self._constants)
+        ]
+        self._output_factories = [_output_factory(out) for out in self._output_aliases]
         self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
+
+    def release(self) -> None:
+        """This recording is dropped: its aliases no longer count as the runtime's
+        references to any block (earlier graphs' blocks live on), and the reference cycles
+        between it and the blocks are broken, so that its graph is destroyed now."""
+        for block, count in self._alias_counts.items():
+            block.aliased_by.remove(self)
+            block.own_refs -= count
+        self._alias_counts = {}
+        self._output_aliases = []
+        self._output_factories = []
+        self._build_outputs = _released
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         """True when every non-copied input still has its address at capture."""
@@ -105,37 +171,46 @@ class Recording:
         """New tensor objects over the output memory (see ``_outputs_builder``)."""
         return self._build_outputs()
 
-    def take_output_ownership(self) -> list[torch.UntypedStorage]:
-        """Rebuild the outputs over unowned storages of the same memory; return the owners.
 
-        Afterwards nothing in this recording keeps its output memory allocated: the caller
-        holds the returned storages for as long as the memory must stay allocated.
-        """
-        owners = self.output_storages
-        unowned = {s.data_ptr(): _unowned(s) for s in owners}
-        self._set_output_aliases(
-            [
-                _alias_over(alias, unowned[alias.untyped_storage().data_ptr()])
-                if isinstance(alias, torch.Tensor) and alias.untyped_storage().data_ptr() in unowned
-                else alias
-                for alias in self._output_aliases
-            ]
-        )
-        self.output_storages = list(unowned.values())
-        # Our references to each storage: the storage object and each alias over it.
-        self.output_own_refs = [
-            torch._C._storage_Use_Count(storage._cdata) for storage in self.output_storages
-        ]
-        return list(owners)
+def _output_layouts(
+    outputs: Sequence[Any],
+    input_storages: set[int],
+    path_blocks: Mapping[int, OutputBlock],
+) -> tuple[list[Layout | None], list[Any], list[OutputBlock]]:
+    """Where each captured output lies, and the blocks of memory the capture allocated.
 
-    def output_is_dead(self, index: int) -> bool:
-        """True when nothing but this recording references output storage ``index``."""
-        storage = self.output_storages[index]
-        return torch._C._storage_Use_Count(storage._cdata) == self.output_own_refs[index]
-
-    def new_unowned_output_storage(self, index: int) -> torch.UntypedStorage:
-        """A fresh unowned storage over output memory ``index`` (to be made its owner)."""
-        return _unowned(self.output_storages[index])
+    An output in the memory of a static input is either in an earlier graph's block (it is
+    rebuilt over that block's storage, so that holding it counts as a use of that memory) or
+    in a parameter or buffer (kept as a constant alias). Any other output lies in memory the
+    capture allocated (its input buffers included: a forward returns its input batch, saved
+    for the backward). Non-tensor outputs (None, sizes) are constants.
+    Returns (layout or None, constant or None) per output, and the new blocks.
+    """
+    layouts: list[Layout | None] = []
+    constants: list[Any] = []
+    blocks: dict[int, OutputBlock] = {}
+    for out in outputs:
+        if not isinstance(out, torch.Tensor):
+            layouts.append(None)
+            constants.append(out)
+            continue
+        storage = out.untyped_storage()
+        address = storage.data_ptr()
+        if address in input_storages:
+            block = path_blocks.get(address)
+            if block is None:  # a parameter or buffer returned (or viewed)
+                layouts.append(None)
+                # detach(): a new tensor over the same storage, offset, sizes and strides,
+                # with no autograd history and not an autograd view.
+                constants.append(out.detach())
+                continue
+        else:
+            block = blocks.get(address)
+            if block is None:
+                block = blocks[address] = OutputBlock(storage)
+        layouts.append((block, out.storage_offset(), out.size(), out.stride(), out.dtype))
+        constants.append(None)
+    return layouts, constants, list(blocks.values())
 
 
 class InputBuffers:
@@ -167,17 +242,6 @@ class InputBuffers:
                 writable_view(buffer).copy_(writable_view(arg))
             self.views.append(_alias_over(buffer, _unowned(buffer.untyped_storage())))
             args[i] = buffer
-
-
-def _alias(output: Any, path_storages: Mapping[int, torch.UntypedStorage]) -> Any:
-    if not isinstance(output, torch.Tensor):
-        return output
-    storage = path_storages.get(output.untyped_storage().data_ptr())
-    if storage is not None:
-        return _alias_over(output, storage)
-    # detach(): a new tensor over the same storage, offset, sizes and strides, with no
-    # autograd history and not an autograd view.
-    return output.detach()
 
 
 def _output_factory(alias: Any) -> Callable[[], Any]:
@@ -220,6 +284,10 @@ def _no_inputs_to_copy(args: Sequence[Any]) -> None:
     pass
 
 
+def _released() -> Any:
+    raise RuntimeError("inductor_xpugraph internal error: replay of a dropped recording")
+
+
 def _outputs_builder(
     factories: list[Callable[[], Any]], as_tuple: bool
 ) -> Callable[[], tuple[Any, ...] | list[Any]]:
@@ -253,12 +321,3 @@ def writable_view(t: torch.Tensor) -> torch.Tensor:
         if stride == 0 and size > 1:
             t = t.narrow(dim, 0, 1)
     return t
-
-
-def _unique_storages(tensors: Sequence[Any]) -> list[torch.UntypedStorage]:
-    seen: dict[int, torch.UntypedStorage] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            storage = t.untyped_storage()
-            seen.setdefault(storage.data_ptr(), storage)
-    return list(seen.values())

@@ -7,7 +7,17 @@ import logging
 
 log = logging.getLogger("inductor_xpugraph")
 
-COUNTER_NAMES = ("warmups", "records", "replays", "rerecords", "fallbacks", "liveness_fallbacks")
+COUNTER_NAMES = (
+    "warmups",
+    "records",
+    "replays",
+    "rerecords",
+    "fallbacks",
+    "liveness_fallbacks",
+    # Blocks of graph memory still referenced when their generation ended, copied out of
+    # the pool for the caller (gradients: ``GraphTree.retire_handed_out``).
+    "handovers",
+)
 
 counters: collections.Counter[str] = collections.Counter()
 skip_reasons: collections.Counter[str] = collections.Counter()

@@ -25,13 +25,41 @@ node that reused its memory (``memory``).
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward is pending (a forward ran since the last backward) — or, once the user has
 called ``mark_step_begin()``, exactly at each such call. At that point the path restarts
-at the root and every output handed out in the previous generation (warmup runs included)
-is invalidated: reading one raises an error that says to clone it. This is what makes
-replaying safe, and it is the semantics CUDA users know from upstream's trees (the same
-generation counters are used, so ``torch.compiler.cudagraph_mark_step_begin()`` works
+at the root and what the previous generation handed out is retired (below). This is what
+makes replaying safe, and it is the semantics CUDA users know from upstream's trees (the
+same generation counters are used, so ``torch.compiler.cudagraph_mark_step_begin()`` works
 too). Calls that bypass torch.compile (loaded artifacts) never move that counter: there,
 a callable met again on the current path starts the new generation
 (``restart_if_repeated``).
+
+Note [Retiring held outputs]
+----------------------------
+When a generation ends, the graph memory it handed out is about to be overwritten by the
+next replays. No tensor may read it silently afterwards, whatever route reached it: the
+output object itself, a view, ``.data``, ``detach()``, a tensor an autograd.Function saved,
+optimizer state built from it, or the ``.grad`` that autograd *stole* from a gradient (when a
+parameter's ``.grad`` is None, ``AccumulateGrad`` keeps the incoming gradient itself, without
+a copy). All of them share one storage object per block of memory (``OutputBlock``), so one
+reference count tells whether the caller still uses a block. ``retire_handed_out``:
+
+1. makes each output object of a forward or inference graph (or warmup run) that the caller
+   still holds raise the stale-output error. This drops its reference to the memory: the
+   usual ``out = f(x)`` loop ends here, at the cost of one call per held output;
+2. retires every block handed out in the generation that is still referenced some other
+   way. Its storage object leaves with the caller's tensors and the graph continues with a
+   new one over the same memory (``OutputBlock._continue_with``):
+   - a block of a **backward** graph holds gradients: it is *handed over*, its storage
+     object given a copy of the data outside the pool (``copy_out_of_pool``). Gradient
+     accumulation (a backward per micro-batch, one optimizer step), ``zero_grad(
+     set_to_none=False)`` and gradients kept from ``torch.autograd.grad`` therefore give
+     eager's values while graphs replay. The cost is one device copy of each gradient kept
+     past its step, once per step (``stats()["handovers"]``); with ``zero_grad()`` before
+     the next forward nothing is kept and nothing is copied;
+   - any other block is made stale at the storage level (``storage_invalidator``), so every
+     tensor over it raises the stale-output error, views included, as upstream's do.
+   Without a way to invalidate (no binding, no extension), every block is handed over:
+   correct, at the price of a copy.
+``reset()`` retires the same way (the message says that reset dropped the output).
 """
 
 from __future__ import annotations
@@ -49,9 +77,10 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from . import stats
 from .backends import GraphBackend, backend_class
-from .invalidation import invalidator
+from .invalidation import storage_invalidator, tensor_invalidator
 from .memory import OwnedOutputs, memory_strategy
-from .recording import InputBuffers, Recording, tensor_over
+from .node import GraphNode
+from .recording import InputBuffers, OutputBlock, Recording
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -62,89 +91,22 @@ STALE_OUTPUT_MESSAGE = (
     "if the next call starts a new iteration, call inductor_xpugraph.mark_step_begin() (or "
     "torch.compiler.cudagraph_mark_step_begin()) before it."
 )
-STALE_GRAD_MESSAGE = (
-    "inductor_xpugraph: this gradient was produced by a {device} backward graph (`{name}`) of "
-    "an earlier iteration, and its memory has been overwritten by a subsequent run. Set "
-    ".grad to None before each backward (optimizer.zero_grad(set_to_none=True), the "
-    "default), or clone gradients you keep."
+RESET_OUTPUT_MESSAGE = (
+    "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) that "
+    "inductor_xpugraph.reset() dropped, with its memory. Clone outputs you keep across a "
+    "reset()."
 )
 
 
 @functools.lru_cache(maxsize=1024)
-def stale_message(device: str, name: str, phase: str) -> str:
-    template = STALE_GRAD_MESSAGE if phase == "backward" else STALE_OUTPUT_MESSAGE
+def stale_message(device: str, name: str, dropped_by_reset: bool = False) -> str:
+    template = RESET_OUTPUT_MESSAGE if dropped_by_reset else STALE_OUTPUT_MESSAGE
     return template.format(device=device, name=name)
 
 
 def current_generation() -> int:
     """Upstream's generation: the mark-step counter once used, else the compile invocation."""
     return MarkStepBox.mark_step_counter or GenerationTracker.generation
-
-
-class GraphNode:
-    """One recording of one callable at one place of the tree."""
-
-    __slots__ = (
-        "callable_id",
-        "name",
-        "phase",
-        "parent",
-        "children",
-        "recording",
-        "seq",
-        "reused_outputs",
-        "consumed_inputs",
-    )
-
-    def __init__(
-        self,
-        callable_id: int,
-        name: str,
-        phase: str,
-        parent: GraphNode | None,
-        recording: Recording | None,
-        seq: int,
-    ) -> None:
-        self.callable_id = callable_id
-        self.name = name
-        self.phase = phase
-        self.parent = parent
-        self.children: dict[tuple[int, tuple[int, ...]], GraphNode] = {}
-        self.recording = recording
-        self.seq = seq  # capture order: every descendant has a larger one
-        # (storage, own references) of outputs of earlier nodes of the path whose memory this
-        # node's capture may reuse: it replays only while they are unreferenced.
-        self.reused_outputs: tuple[tuple[torch.UntypedStorage, int], ...] = ()
-        # Inputs that were such outputs and that the capture consumed (dropped after their
-        # last use): (argument index, storage, offset, size, stride, dtype).
-        self.consumed_inputs: tuple[tuple[Any, ...], ...] = ()
-
-    def release_reused_memory(self, args: list[Any]) -> bool:
-        """Drop ``args``' references to consumed inputs, then check nothing else references
-        memory this node's capture reused. When something does, ``args`` is rebuilt."""
-        for consumed in self.consumed_inputs:
-            args[consumed[0]] = None
-        for storage, own_refs in self.reused_outputs:
-            if torch._C._storage_Use_Count(storage._cdata) != own_refs:
-                for index, storage, *layout in self.consumed_inputs:
-                    args[index] = tensor_over(storage, *layout)
-                return False
-        return True
-
-    def path_from_root(self) -> list[GraphNode]:
-        path, node = [], self
-        while node is not None and node.recording is not None:
-            path.append(node)
-            node = node.parent
-        return path[::-1]
-
-    def subtree(self) -> list[GraphNode]:
-        nodes, stack = [], [self]
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            stack.extend(node.children.values())
-        return nodes
 
 
 class GraphTree:
@@ -203,7 +165,7 @@ class GraphTree:
         return True
 
     def start_generation(self) -> None:
-        self.invalidate_handed_out()
+        self.retire_handed_out()
         if self.next_memory is not None:
             for child in list(self.root.children.values()):
                 self.drop_node(child)
@@ -215,11 +177,19 @@ class GraphTree:
         self.generation = current_generation()
 
     def hand_out(self, producer: Any, outputs: Any) -> None:
-        """Note outputs given to the caller in this generation, weakly: an output the caller
-        drops is freed as it would be without graphs, and counts as dead (``memory``)."""
-        self.handed_out.append(
-            (producer, [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)])
+        """Note what ``producer`` (a node, or the callable for un-graphed runs) gave the
+        caller in this generation, to retire it when the generation ends.
+
+        Output objects are held weakly: one the caller drops is freed as it would be without
+        graphs, and counts as dead (``memory``). Gradients are never made stale, so the
+        objects of backward outputs are not noted.
+        """
+        refs = (
+            ()
+            if producer.phase == "backward"
+            else [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
         )
+        self.handed_out.append((producer, refs))
 
     def leave_for_this_generation(self, node: GraphNode) -> None:
         """The rest of this generation runs un-graphed: ``node`` may not replay because an
@@ -234,17 +204,33 @@ class GraphTree:
         stats.counters["liveness_fallbacks"] += 1
         self.current = self.off_tree
 
-    def invalidate_handed_out(self) -> None:
+    def retire_handed_out(self, dropped_by_reset: bool = False) -> None:
+        """The generation ends: see Note [Retiring held outputs]."""
         handed_out, self.handed_out = self.handed_out, []
-        invalidate = invalidator() if handed_out else None
-        if invalidate is None:
+        if not handed_out:
             return
-        for producer, outputs in handed_out:
-            message = stale_message(self.device, producer.name, producer.phase)
-            for ref in outputs:
-                output = ref()
-                if output is not None:
-                    invalidate(output, message)
+        invalidate_tensor = tensor_invalidator()
+        if invalidate_tensor is not None:
+            for producer, refs in handed_out:
+                message = stale_message(self.device, producer.name, dropped_by_reset)
+                for ref in refs:
+                    output = ref()
+                    if output is not None:
+                        invalidate_tensor(output, message)
+        for producer, _ in handed_out:
+            if isinstance(producer, GraphNode):
+                for block in producer.recording.blocks:
+                    if not block.is_dead():
+                        self._retire(block, producer, dropped_by_reset)
+
+    def _retire(self, block: OutputBlock, producer: GraphNode, dropped_by_reset: bool) -> None:
+        invalidate_storage = storage_invalidator()
+        if producer.phase == "backward" or invalidate_storage is None:
+            block.hand_over()
+            stats.counters["handovers"] += 1
+        else:
+            message = stale_message(self.device, producer.name, dropped_by_reset)
+            block.retire_stale(invalidate_storage, message)
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -355,17 +341,18 @@ class GraphTree:
             else:
                 self.drop_node(node)
 
-    def path_storages(self) -> dict[int, torch.UntypedStorage]:
+    def path_blocks(self) -> dict[int, OutputBlock]:
         """Memory of the outputs of the nodes on the current path (not copied as inputs),
         by address."""
         return {
-            storage.data_ptr(): storage
+            block.address: block
             for node in self.current.path_from_root()
-            for storage in node.recording.output_storages
+            for block in node.recording.blocks
         }
 
     def reset(self) -> None:
         with self.lock:
+            self.retire_handed_out(dropped_by_reset=True)
             nodes = self.nodes()
             self.memory.forget(nodes)
             self.root.children.clear()
@@ -397,6 +384,7 @@ def _unlink(nodes: list[GraphNode]) -> None:
     for node in nodes:
         node.parent = None
         node.children = {}
+        node.recording.release()
 
 
 # Trees are per thread, as upstream's: two threads serving the same compiled model never

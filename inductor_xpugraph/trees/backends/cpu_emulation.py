@@ -35,9 +35,17 @@ class EmulatedGraph:
 
     def __init__(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> None:
         self._fn = fn
-        # Like a real graph, hold on to memory, not to the caller's tensor objects (those may
-        # be invalidated later as stale outputs): detach() gives new objects, same storage.
-        self._args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        # Like a real graph, hold addresses, not the caller's tensor or storage objects
+        # (those may be retired later, and the runtime counts their references).
+        self._args = [_at_same_address(a) if isinstance(a, torch.Tensor) else a for a in args]
+        # Memory a device pool would keep reserved for this graph, kept allocated: its copied
+        # inputs' buffers and outputs of earlier graphs lent to it (storages that own their
+        # memory; the runtime's storages over graph memory never do).
+        self._keep_alive = [
+            a.untyped_storage()
+            for a in args
+            if isinstance(a, torch.Tensor) and a.untyped_storage().resizable()
+        ]
         self._module_globals = _module_globals_of(fn)
         self.buffers: list[torch.Tensor] = []
         self._buffer_specs: list[tuple[Any, ...]] = []
@@ -147,6 +155,15 @@ def _module_globals_of(fn: Callable[..., Any]) -> dict[str, Any]:
             f"(a function whose module defines {_ALLOCATOR_NAME}); got {fn!r}"
         )
     return module_globals
+
+
+def _at_same_address(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over ``t``'s memory through a storage of its own that does not own it."""
+    storage = t.untyped_storage()
+    own = torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), storage.device, storage.nbytes()
+    )
+    return torch.empty((0,), dtype=t.dtype).set_(own, t.storage_offset(), t.size(), t.stride())
 
 
 def _flat(outputs: Any) -> list[Any]:

@@ -1,0 +1,165 @@
+"""Every route to graph memory kept past its generation is correct or raises.
+
+Gradients that autograd keeps (``.grad`` under gradient accumulation or
+``zero_grad(set_to_none=False)``, results of ``torch.autograd.grad``) keep eager's values while
+graphs replay. Everything else that shares memory with an output of an earlier generation (the
+output, a view, ``.data``, ``detach()``, a tensor an autograd.Function saved) raises the
+stale-output error. Runs on the CPU emulator everywhere and on cuda (both memory strategies)
+with ``-m gpu``.
+"""
+
+import copy
+
+import pytest
+import torch
+
+import inductor_xpugraph
+
+STALE = "overwritten by a subsequent run"
+
+
+def mlp(device):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(
+        device
+    )
+
+
+def max_grad_difference(model, reference):
+    return max(
+        (p.grad - q.grad).abs().max().item()
+        for p, q in zip(model.parameters(), reference.parameters())
+    )
+
+
+def test_gradient_accumulation_matches_eager_while_graphs_replay(device):
+    # The issue's reproduction: four micro-batches per optimizer step.
+    model = mlp(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(6):
+        batches = [torch.randn(8, 64, device=device) for _ in range(4)]
+        for x in batches:
+            compiled(x).square().mean().backward()
+        for x in batches:
+            reference(x).square().mean().backward()
+        assert max_grad_difference(model, reference) <= 1e-5
+        for p in list(model.parameters()) + list(reference.parameters()):
+            p.grad = None
+    stats = inductor_xpugraph.stats()
+    assert stats["replays"] >= 40
+    # Once per step, the first micro-batch's gradients leave the pool (4 params, 5 steps).
+    assert stats["handovers"] == 4 * 5
+
+
+def test_gradients_kept_by_zero_grad_without_set_to_none_match_eager(device):
+    model = mlp(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(5):
+        opt.zero_grad(set_to_none=False)
+        ref_opt.zero_grad(set_to_none=False)
+        x = torch.randn(8, 64, device=device)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        assert max_grad_difference(model, reference) <= 1e-5
+        opt.step()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+    assert inductor_xpugraph.stats()["replays"] > 0
+
+
+def test_a_gradient_from_autograd_grad_kept_across_steps_keeps_its_value(device):
+    model = mlp(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    kept = []
+    for _ in range(4):
+        x = torch.randn(8, 64, device=device)
+        (grad,) = torch.autograd.grad(compiled(x).square().mean(), model[0].weight)
+        kept.append((grad, grad.clone()))
+    for grad, value in kept:
+        torch.testing.assert_close(grad, value)
+    assert inductor_xpugraph.stats()["replays"] > 0
+
+
+def test_a_view_of_an_earlier_output_raises(device):
+    compiled = torch.compile(lambda x: (x * 2).relu(), mode="reduce-overhead")
+    for _ in range(3):
+        out = compiled(torch.randn(16, device=device))
+    view = out[4:]
+    compiled(torch.randn(16, device=device))  # a new generation replays over that memory
+    with pytest.raises(RuntimeError, match=STALE):
+        view.sum()
+
+
+@pytest.mark.parametrize("derive", ["data", "detach", "reshape", "storage"])
+def test_a_tensor_sharing_an_earlier_outputs_memory_raises(device, derive):
+    compiled = torch.compile(lambda x: x.sin() + 1, mode="reduce-overhead")
+    for _ in range(3):
+        out = compiled(torch.randn(4, 4, device=device))
+    derived = {
+        "data": lambda t: t.data,
+        "detach": lambda t: t.detach(),  # say, optimizer state built from an output
+        "reshape": lambda t: t.reshape(16),
+        "storage": lambda t: torch.empty(0, device=device).set_(t.untyped_storage()),
+    }[derive](out)
+    del out
+    compiled(torch.randn(4, 4, device=device))
+    with pytest.raises(RuntimeError, match=STALE):
+        derived.sum()
+
+
+def test_a_tensor_saved_by_an_autograd_function_raises_in_a_later_backward(device):
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, y, w):
+            ctx.save_for_backward(y)
+            return y * w
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return None, (grad * y).sum()
+
+    compiled = torch.compile(lambda x: x.cos() * 3, mode="reduce-overhead")
+    w = torch.ones((), device=device, requires_grad=True)
+    for _ in range(3):
+        loss = Scale.apply(compiled(torch.randn(8, device=device)), w).sum()
+    compiled(torch.randn(8, device=device))  # the saved output is overwritten
+    with pytest.raises(RuntimeError, match=STALE):
+        loss.backward()
+
+
+def test_an_earlier_output_passed_back_in_raises(device):
+    compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
+    for _ in range(3):
+        out = compiled(torch.randn(8, device=device))
+    with pytest.raises(RuntimeError, match=STALE):
+        compiled(out)
+
+
+def test_an_output_held_only_as_itself_is_not_copied_or_rebuilt(device):
+    """The usual ``out = f(x)`` loop: the held object is invalidated, its memory is not."""
+    compiled = torch.compile(lambda x: x * 2, mode="reduce-overhead")
+    previous = compiled(torch.randn(8, device=device))
+    for _ in range(5):  # each call starts while the caller still holds the previous output
+        current = compiled(torch.randn(8, device=device))
+        with pytest.raises(RuntimeError, match=STALE):
+            previous.sum()
+        previous = current
+    stats = inductor_xpugraph.stats()
+    assert stats["handovers"] == 0 and stats["replays"] == 4
+
+
+def test_reset_makes_outputs_it_dropped_raise_and_says_so(device):
+    compiled = torch.compile(lambda x: x.exp(), mode="reduce-overhead")
+    for _ in range(3):
+        out = compiled(torch.randn(8, device=device))
+    view = out[2:]
+    inductor_xpugraph.reset()
+    for tensor in (out, view):
+        with pytest.raises(RuntimeError, match=r"reset\(\) dropped"):
+            tensor.sum()

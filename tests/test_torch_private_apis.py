@@ -40,6 +40,8 @@ PRIVATE_APIS = [
     "torch.xpu.graph_pool_handle",
     "torch.xpu.is_current_stream_capturing",
     "torch._C._construct_storage_from_data_pointer",
+    "torch._C._storage_Use_Count",
+    "torch.UntypedStorage._new_with_weak_ptr",
 ]
 
 # trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.
@@ -50,6 +52,9 @@ CUDA_PRIVATE_APIS = [
     "torch._C._cuda_checkPoolLiveAllocations",
     "torch._C._free_And_Remove_DeleterFn",
     "torch._C._has_Standard_Deleter",
+    # trees/invalidation.py: stale outputs (elsewhere the C++ extension does the same)
+    "torch._C._set_storage_access_error_msg",
+    "torch._C._set_storage_data_ptr_access_error_msg",
 ]
 
 
@@ -91,3 +96,35 @@ def test_generation_counters_have_the_expected_shape():
     mark_step_begin()
     assert MarkStepBox.mark_step_counter != before
     MarkStepBox.mark_step_counter = before
+
+
+def test_a_storage_swap_exists_for_handing_gradients_over():
+    """``_swap_data_ptr_`` from torch 2.13; older torch builds the extension's swap."""
+    from inductor_xpugraph.trees.invalidation import can_copy_out_of_pool
+
+    if not hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
+        assert torch.__version__ < "2.13", f"torch {torch.__version__} lost _swap_data_ptr_"
+    assert can_copy_out_of_pool()
+
+
+def test_the_extensions_storage_swap_moves_data_as_torchs_does():
+    """The swap torch 2.11 uses, checked on any torch: tensors over the first storage keep
+    their values in new memory; the second storage takes over the old memory, unowned."""
+    from inductor_xpugraph.trees.invalidation import _extension
+
+    extension = _extension()
+    if extension is None:
+        pytest.skip("the C++ extension cannot be built here")
+    owner = torch.arange(8.0)
+    memory = owner.untyped_storage()
+    unowned = torch._C._construct_storage_from_data_pointer(
+        memory.data_ptr(), memory.device, memory.nbytes()
+    )
+    held = torch.empty(0).set_(unowned, 0, (8,), (1,))
+    fresh = torch.UntypedStorage(memory.nbytes())
+    fresh.copy_(unowned)
+    extension.swap_storage_data(unowned._cdata, fresh._cdata)
+    owner.fill_(-1.0)  # the graph writes its memory again
+    assert held.tolist() == [float(i) for i in range(8)]
+    assert held.data_ptr() != memory.data_ptr() and unowned.resizable()
+    assert fresh.data_ptr() == memory.data_ptr() and not fresh.resizable()

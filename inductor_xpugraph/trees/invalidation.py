@@ -18,7 +18,10 @@ small C++ extension calls the same core methods. It is built with
 ``torch.utils.cpp_extension.load_inline`` the first time it is needed (about 30 s) and cached
 by torch in ``TORCH_EXTENSIONS_DIR``. If it cannot be built, a warning says so once and the
 runtime copies held memory out of the pool instead (correct, but a copy per held output).
-``copy_out_of_pool`` needs only ``UntypedStorage._swap_data_ptr_`` (every supported torch).
+``copy_out_of_pool`` swaps two storages' data with ``UntypedStorage._swap_data_ptr_`` where
+torch has it (2.13 on), else with the same extension (torch 2.11, CUDA builds included: the
+first handover then builds it). With neither, ``can_copy_out_of_pool()`` is False and held
+gradients are made stale instead (loud, as upstream's trees are).
 """
 
 from __future__ import annotations
@@ -46,6 +49,27 @@ void invalidate_storage(int64_t storage_impl, const std::string& message) {
   reinterpret_cast<c10::StorageImpl*>(storage_impl)
       ->release_data_and_set_meta_custom_data_ptr_error_msg_(message);
 }
+
+// What UntypedStorage._swap_data_ptr_ does (torch 2.13 on): exchange the memory, and how it
+// is allocated, of two storages of the same size on the same device.
+void swap_storage_data(int64_t first_impl, int64_t second_impl) {
+  auto* a = reinterpret_cast<c10::StorageImpl*>(first_impl);
+  auto* b = reinterpret_cast<c10::StorageImpl*>(second_impl);
+  TORCH_CHECK(a->nbytes() == b->nbytes() && a->device() == b->device(),
+              "swap_storage_data: storages differ in size or device");
+  at::DataPtr a_data = a->set_data_ptr(at::DataPtr(nullptr, a->device()));
+  a->set_data_ptr(b->set_data_ptr(std::move(a_data)));
+  at::Allocator* a_allocator = a->allocator();
+  at::Allocator* b_allocator = b->allocator();
+  bool a_resizable = a->resizable();
+  bool b_resizable = b->resizable();
+  a->set_resizable(false);
+  b->set_resizable(false);
+  a->set_allocator(b_allocator);
+  b->set_allocator(a_allocator);
+  a->set_resizable(b_resizable);
+  b->set_resizable(a_resizable);
+}
 """
 
 
@@ -57,7 +81,7 @@ def _extension() -> ModuleType | None:
         return load_inline(
             name="inductor_xpugraph_stale_outputs",
             cpp_sources=_EXTENSION_SOURCE,
-            functions=["invalidate_tensor", "invalidate_storage"],
+            functions=["invalidate_tensor", "invalidate_storage", "swap_storage_data"],
             verbose=False,
         )
     except Exception as error:  # no compiler, no headers, read-only cache...
@@ -91,15 +115,30 @@ def storage_invalidator() -> StorageInvalidator | None:
     return lambda storage, message: binding(storage._cdata, message)
 
 
+@functools.cache
+def _storage_swapper() -> Callable[[torch.UntypedStorage, torch.UntypedStorage], None] | None:
+    if hasattr(torch.UntypedStorage, "_swap_data_ptr_"):  # torch >= 2.13
+        return torch.UntypedStorage._swap_data_ptr_
+    log.info("inductor_xpugraph: building the storage extension for this torch (once, cached)")
+    extension = _extension()
+    if extension is None:
+        return None
+    return lambda first, second: extension.swap_storage_data(first._cdata, second._cdata)
+
+
+def can_copy_out_of_pool() -> bool:
+    return _storage_swapper() is not None
+
+
 def copy_out_of_pool(storage: torch.UntypedStorage) -> torch.UntypedStorage:
     """Move ``storage``'s data to fresh memory; return a new storage over the old memory.
 
     Every tensor over ``storage`` keeps its values, now in memory of its own (freed with it).
     The returned storage takes over the old memory exactly as ``storage`` held it (owning
     it or not). The copy is queued on the current stream, before anything that overwrites
-    the old memory.
+    the old memory. Only when ``can_copy_out_of_pool()``.
     """
     fresh = torch.UntypedStorage(storage.nbytes(), device=storage.device)
     fresh.copy_(storage)
-    storage._swap_data_ptr_(fresh)
+    _storage_swapper()(storage, fresh)
     return fresh

@@ -58,7 +58,8 @@ reference count tells whether the caller still uses a block. ``retire_handed_out
    - any other block is made stale at the storage level (``storage_invalidator``), so every
      tensor over it raises the stale-output error, views included, as upstream's do.
    Without a way to invalidate (no binding, no extension), every block is handed over:
-   correct, at the price of a copy.
+   correct, at the price of a copy; without a way to hand over (torch 2.11 and no
+   extension), gradients are made stale like the rest: loud, as upstream's trees are.
 ``reset()`` retires the same way (the message says that reset dropped the output).
 """
 
@@ -77,7 +78,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from . import stats
 from .backends import GraphBackend, backend_class
-from .invalidation import storage_invalidator, tensor_invalidator
+from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import OwnedOutputs, memory_strategy
 from .node import GraphNode
 from .recording import InputBuffers, OutputBlock, Recording
@@ -225,12 +226,13 @@ class GraphTree:
 
     def _retire(self, block: OutputBlock, producer: GraphNode, dropped_by_reset: bool) -> None:
         invalidate_storage = storage_invalidator()
-        if producer.phase == "backward" or invalidate_storage is None:
+        if can_copy_out_of_pool() and (producer.phase == "backward" or invalidate_storage is None):
             block.hand_over()
             stats.counters["handovers"] += 1
-        else:
+        elif invalidate_storage is not None:
             message = stale_message(self.device, producer.name, dropped_by_reset)
             block.retire_stale(invalidate_storage, message)
+        # else: neither is possible here; ``invalidation`` warned once.
 
     # -- nodes --------------------------------------------------------------------------------
 

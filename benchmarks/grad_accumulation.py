@@ -120,11 +120,23 @@ def run_variant(workload: str, variant: str, steps: int, micro_batches: int) -> 
     return result
 
 
+def format_row(r: dict) -> str:
+    head = f"| {r['workload']} | {r['micro_batches']} | {r['variant']} "
+    if "error" in r:
+        return head + f"| raises: {r['error']} | | | | | |"
+    return head + (
+        f"| {r['max_grad_diff']:.2e} | {r['step_ms']:.2f} "
+        f"| {r.get('handovers_per_step', '-')} | {r.get('grad_mib', 0):.1f} "
+        f"| {r.get('retire_us_per_step', float('nan')):.0f} | {r.get('replays', '-')} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--micro-batches", type=int, nargs="+", default=[4, 1])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("--out", default=None)
     parser.add_argument("--one", nargs=3, metavar=("WORKLOAD", "VARIANT", "MICRO_BATCHES"))
     args = parser.parse_args()
@@ -132,10 +144,18 @@ def main() -> None:
         workload, variant, micro_batches = args.one
         print(json.dumps(run_variant(workload, variant, args.steps, int(micro_batches))))
         return
+    import torch
+
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.steps} steps")
+    print(
+        "| workload | micro-batches | variant | max grad diff vs eager | step ms "
+        "| handovers/step | grad MiB | retire µs/step | replays |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
     rows = []
     for workload in args.workloads:
         for micro_batches in args.micro_batches:
-            for variant in VARIANTS:
+            for variant in args.variants:
                 command = [sys.executable, __file__, "--steps", str(args.steps), "--one"]
                 proc = subprocess.run(
                     command + [workload, variant, str(micro_batches)],
@@ -147,27 +167,7 @@ def main() -> None:
                     print(f"{workload} {variant}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
                     continue
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    import torch
-
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.steps} steps")
-    print(
-        "| workload | micro-batches | variant | max grad diff vs eager | step ms "
-        "| handovers/step | grad MiB | retire µs/step | replays |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "error" in r:
-            print(
-                f"| {r['workload']} | {r['micro_batches']} | {r['variant']} | raises: "
-                f"{r['error']} | | | | | |"
-            )
-            continue
-        print(
-            f"| {r['workload']} | {r['micro_batches']} | {r['variant']} "
-            f"| {r['max_grad_diff']:.2e} | {r['step_ms']:.2f} "
-            f"| {r.get('handovers_per_step', '-')} | {r.get('grad_mib', 0):.1f} "
-            f"| {r.get('retire_us_per_step', float('nan')):.0f} | {r.get('replays', '-')} |"
-        )
+                print(format_row(rows[-1]), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=2)

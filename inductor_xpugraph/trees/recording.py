@@ -63,22 +63,19 @@ class OutputBlock:
         """A fresh storage over this memory that does not own it (to be made its owner)."""
         return _unowned(self.storage)
 
+    # Retiring: the old storage object leaves with the caller's tensors, and the runtime
+    # continues with a new one over the same memory. Each recording in ``aliased_by`` must
+    # then ``rebuild_aliases()`` before it replays (once for all the blocks retired at once).
+
     def retire_stale(self, invalidate: StorageInvalidator, message: str) -> None:
         """The caller's tensors over this memory raise ``message`` from now on."""
-        stale, fresh = self.storage, _unowned(self.storage)
+        stale, self.storage = self.storage, _unowned(self.storage)
         invalidate(stale, message)
-        self._continue_with(fresh)
 
     def hand_over(self) -> None:
         """The caller's tensors over this memory keep their values, in a copy outside the
         pool (a device copy); the graph keeps its memory."""
-        self._continue_with(copy_out_of_pool(self.storage))
-
-    def _continue_with(self, storage: torch.UntypedStorage) -> None:
-        """Leave the old storage object to the caller; the runtime uses ``storage``."""
-        self.storage = storage
-        for recording in self.aliased_by:
-            recording.rebuild_aliases()
+        self.storage = copy_out_of_pool(self.storage)
 
 
 class Recording:

@@ -47,7 +47,8 @@ reference count tells whether the caller still uses a block. ``retire_handed_out
    usual ``out = f(x)`` loop ends here, at the cost of one call per held output;
 2. retires every block handed out in the generation that is still referenced some other
    way. Its storage object leaves with the caller's tensors and the graph continues with a
-   new one over the same memory (``OutputBlock._continue_with``):
+   new one over the same memory (``OutputBlock.retire_stale`` / ``hand_over``; each
+   recording with outputs over retired blocks rebuilds them once):
    - a block of a **backward** graph holds gradients: it is *handed over*, its storage
      object given a copy of the data outside the pool (``copy_out_of_pool``). Gradient
      accumulation (a backward per micro-batch, one optimizer step), ``zero_grad(
@@ -218,11 +219,19 @@ class GraphTree:
                     output = ref()
                     if output is not None:
                         invalidate_tensor(output, message)
-        for producer, _ in handed_out:
-            if isinstance(producer, GraphNode):
-                for block in producer.recording.blocks:
-                    if not block.is_dead():
-                        self._retire(block, producer, dropped_by_reset)
+        held = {
+            block: producer
+            for producer, _ in handed_out
+            if isinstance(producer, GraphNode)
+            for block in producer.recording.blocks
+            if not block.is_dead()
+        }
+        if not held:
+            return
+        for block, producer in held.items():
+            self._retire(block, producer, dropped_by_reset)
+        for recording in {r: None for block in held for r in block.aliased_by}:
+            recording.rebuild_aliases()
 
     def _retire(self, block: OutputBlock, producer: GraphNode, dropped_by_reset: bool) -> None:
         invalidate_storage = storage_invalidator()

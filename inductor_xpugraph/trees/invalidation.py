@@ -8,9 +8,9 @@ reading it. Three primitives, each on every backend:
 - ``storage_invalidator()``: a storage object raises our message on any data access, so every
   tensor over it does too, views included (``StorageImpl::
   release_data_and_set_meta_custom_data_ptr_error_msg_``; this is what upstream's trees do).
-- ``copy_out_of_pool(storage)``: the storage object gets a copy of its data in fresh memory
-  outside the pool, so every tensor over it keeps its values; a new storage object over the
-  graph memory is returned for the runtime to continue with.
+- ``copy_out_of_pool(storages)``: each storage object gets a copy of its data in fresh memory
+  outside the pool, so every tensor over it keeps its values; new storage objects over the
+  graph memory are returned for the runtime to continue with.
 
 CUDA builds of torch expose the two invalidations as ``torch._C._set_storage_access_error_msg``
 and ``torch._C._set_storage_data_ptr_access_error_msg``. Elsewhere (XPU and CPU builds) a
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import torch
@@ -130,15 +130,20 @@ def can_copy_out_of_pool() -> bool:
     return _storage_swapper() is not None
 
 
-def copy_out_of_pool(storage: torch.UntypedStorage) -> torch.UntypedStorage:
-    """Move ``storage``'s data to fresh memory; return a new storage over the old memory.
+def copy_out_of_pool(storages: Sequence[torch.UntypedStorage]) -> list[torch.UntypedStorage]:
+    """Move each storage's data to fresh memory; return new storages over the old memory.
 
-    Every tensor over ``storage`` keeps its values, now in memory of its own (freed with it).
-    The returned storage takes over the old memory exactly as ``storage`` held it (owning
-    it or not). The copy is queued on the current stream, before anything that overwrites
-    the old memory. Only when ``can_copy_out_of_pool()``.
+    Every tensor over one of ``storages`` keeps its values, now in memory of its own (freed
+    with it). Each returned storage takes over the old memory exactly as its storage held it
+    (owning it or not). The copies are one batched launch on the current stream, queued
+    before anything that overwrites the old memory. Only when ``can_copy_out_of_pool()``.
     """
-    fresh = torch.UntypedStorage(storage.nbytes(), device=storage.device)
-    fresh.copy_(storage)
-    _storage_swapper()(storage, fresh)
+    swap = _storage_swapper()
+    copies = [torch.empty(s.nbytes(), dtype=torch.uint8, device=s.device) for s in storages]
+    sources = [torch.empty(0, dtype=torch.uint8, device=s.device).set_(s) for s in storages]
+    torch._foreach_copy_(copies, sources)
+    fresh = [copy.untyped_storage() for copy in copies]
+    del copies, sources  # they would count as references to the memory they end up over
+    for storage, new in zip(storages, fresh):
+        swap(storage, new)
     return fresh

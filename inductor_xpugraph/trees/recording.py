@@ -63,19 +63,22 @@ class OutputBlock:
         """A fresh storage over this memory that does not own it (to be made its owner)."""
         return _unowned(self.storage)
 
-    # Retiring: the old storage object leaves with the caller's tensors, and the runtime
-    # continues with a new one over the same memory. Each recording in ``aliased_by`` must
-    # then ``rebuild_aliases()`` before it replays (once for all the blocks retired at once).
+    # Retiring (``retire_stale``, ``hand_over``): the old storage object leaves with the
+    # caller's tensors, and the runtime continues with a new one over the same memory. Each
+    # recording in ``aliased_by`` must then ``rebuild_aliases()`` before it replays (once for
+    # all the blocks retired at once).
 
     def retire_stale(self, invalidate: StorageInvalidator, message: str) -> None:
         """The caller's tensors over this memory raise ``message`` from now on."""
         stale, self.storage = self.storage, _unowned(self.storage)
         invalidate(stale, message)
 
-    def hand_over(self) -> None:
-        """The caller's tensors over this memory keep their values, in a copy outside the
-        pool (a device copy); the graph keeps its memory."""
-        self.storage = copy_out_of_pool(self.storage)
+
+def hand_over(blocks: Sequence[OutputBlock]) -> None:
+    """The caller's tensors over these blocks keep their values, in copies outside the pool
+    (one batched device copy); the graphs keep their memory."""
+    for block, storage in zip(blocks, copy_out_of_pool([block.storage for block in blocks])):
+        block.storage = storage
 
 
 class Recording:

@@ -47,7 +47,7 @@ reference count tells whether the caller still uses a block. ``retire_handed_out
    usual ``out = f(x)`` loop ends here, at the cost of one call per held output;
 2. retires every block handed out in the generation that is still referenced some other
    way. Its storage object leaves with the caller's tensors and the graph continues with a
-   new one over the same memory (``OutputBlock.retire_stale`` / ``hand_over``; each
+   new one over the same memory (``OutputBlock.retire_stale``, ``recording.hand_over``; each
    recording with outputs over retired blocks rebuilds them once):
    - a block of a **backward** graph holds gradients: it is *handed over*, its storage
      object given a copy of the data outside the pool (``copy_out_of_pool``). Gradient
@@ -82,7 +82,7 @@ from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import OwnedOutputs, memory_strategy
 from .node import GraphNode
-from .recording import InputBuffers, OutputBlock, Recording
+from .recording import InputBuffers, OutputBlock, Recording, hand_over
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -228,20 +228,21 @@ class GraphTree:
         }
         if not held:
             return
+        invalidate_storage = storage_invalidator()
+        gradients = []
         for block, producer in held.items():
-            self._retire(block, producer, dropped_by_reset)
+            hand = producer.phase == "backward" or invalidate_storage is None
+            if hand and can_copy_out_of_pool():
+                gradients.append(block)
+            elif invalidate_storage is not None:
+                message = stale_message(self.device, producer.name, dropped_by_reset)
+                block.retire_stale(invalidate_storage, message)
+            # else: neither is possible here; ``invalidation`` warned once.
+        if gradients:
+            hand_over(gradients)
+            stats.counters["handovers"] += len(gradients)
         for recording in {r: None for block in held for r in block.aliased_by}:
             recording.rebuild_aliases()
-
-    def _retire(self, block: OutputBlock, producer: GraphNode, dropped_by_reset: bool) -> None:
-        invalidate_storage = storage_invalidator()
-        if can_copy_out_of_pool() and (producer.phase == "backward" or invalidate_storage is None):
-            block.hand_over()
-            stats.counters["handovers"] += 1
-        elif invalidate_storage is not None:
-            message = stale_message(self.device, producer.name, dropped_by_reset)
-            block.retire_stale(invalidate_storage, message)
-        # else: neither is possible here; ``invalidation`` warned once.
 
     # -- nodes --------------------------------------------------------------------------------
 

@@ -52,6 +52,25 @@ def test_gradient_accumulation_matches_eager_while_graphs_replay(device):
     assert stats["handovers"] == 4 * 5
 
 
+def test_adamw_training_with_gradient_accumulation_matches_eager(device):
+    model = mlp(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    for _ in range(5):
+        for x in [torch.randn(8, 64, device=device) for _ in range(3)]:
+            (compiled(x).square().mean() / 3).backward()
+            (reference(x).square().mean() / 3).backward()
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+    assert inductor_xpugraph.stats()["replays"] >= 20
+
+
 def test_gradients_kept_by_zero_grad_without_set_to_none_match_eager(device):
     model = mlp(device)
     reference = copy.deepcopy(model)

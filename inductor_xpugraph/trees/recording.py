@@ -13,7 +13,7 @@ the next replay overwrites their contents. All tensors over a block share one st
 to the caller, the caller's views of them, ``.data``, ``detach()``, the ``.grad`` autograd
 stole from a gradient, a later recording's output in the same memory. That is what lets the
 tree see, with one reference count, whether the caller still uses a block, and act on every
-tensor over it at once (``OutputBlock.retire_stale`` / ``hand_over``).
+tensor over it at once (``OutputBlock.retire_stale``, ``hand_over``).
 """
 
 from __future__ import annotations

@@ -229,10 +229,12 @@ class GraphTree:
         if not held:
             return
         invalidate_storage = storage_invalidator()
+        # No copy may be queued inside someone else's capture of this stream.
+        capturing = self.backend.is_capturing()
         gradients = []
         for block, producer in held.items():
             hand = producer.phase == "backward" or invalidate_storage is None
-            if hand and can_copy_out_of_pool():
+            if hand and not capturing and can_copy_out_of_pool():
                 gradients.append(block)
             elif invalidate_storage is not None:
                 message = stale_message(self.device, producer.name, dropped_by_reset)

@@ -215,7 +215,17 @@ class GraphedCallable:
         capture_args = list(args)
         args.clear()
         input_buffers = InputBuffers(copied, copy_values=tree.backend.emulated)
-        graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
+        try:
+            graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
+        except Exception as error:
+            # The error is the caller's (as without graphs); the process stays usable.
+            self.fallen_back = True
+            first_line = (str(error).splitlines() or [""])[0][:200]
+            stats.record_skip(
+                f"{self.name}: its capture raised {type(error).__name__}: {first_line}; it "
+                f"runs un-graphed from its next call on"
+            )
+            raise
         recording = Recording(
             graph,
             static_inputs=static_inputs,

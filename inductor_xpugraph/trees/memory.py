@@ -294,7 +294,10 @@ def _take_arguments_in(outputs_by_ptr: dict[int, Output], args: list[Any]) -> di
     return layouts
 
 
-def memory_strategy(backend: GraphBackend) -> OwnedOutputs | CheckpointedPool:
+MemoryStrategy = OwnedOutputs | CheckpointedPool
+
+
+def memory_strategy(backend: GraphBackend) -> MemoryStrategy:
     if config.allocator_checkpointing and backend.supports_pool_checkpoints:
         return CheckpointedPool(backend)
     return OwnedOutputs()

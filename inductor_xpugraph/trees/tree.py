@@ -80,7 +80,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 from . import stats
 from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
-from .memory import OwnedOutputs, memory_strategy
+from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
 from .node import GraphNode
 from .recording import InputBuffers, OutputBlock, Recording, hand_over
 
@@ -131,7 +131,7 @@ class GraphTree:
         self._seq = itertools.count(1)
         self.memory = memory_strategy(self.backend)
         # Set when this tree must record again, from the next generation, with this strategy.
-        self.next_memory: OwnedOutputs | None = None
+        self.next_memory: MemoryStrategy | None = None
         # Callables that no longer exist; their nodes are dropped off the fast path.
         self.forgotten_callables: list[int] = []
 
@@ -261,9 +261,21 @@ class GraphTree:
         """
         self.memory.prepare_capture(self.current, self.pool)
         self.memory.lend_inputs(args)
-        graph, outputs = self.backend.capture(fn, args, self.pool, place_inputs)
+        try:
+            graph, outputs = self.backend.capture(fn, args, self.pool, place_inputs)
+        except BaseException:
+            self._start_over_after_failed_capture()
+            raise
         consumed = self.memory.settle_loans()
         return graph, outputs, consumed
+
+    def _start_over_after_failed_capture(self) -> None:
+        """A capture raised. Memory it was lent, or that was freed for it, may be gone, and
+        no node records who reused it, so no later capture could be placed safely: the rest
+        of this generation runs un-graphed (its outputs so far stay valid), and the next one
+        starts from an empty tree, a fresh pool and a fresh memory strategy."""
+        self.next_memory = memory_strategy(self.backend)
+        self.current = self.off_tree
 
     def add_node(
         self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording

@@ -47,7 +47,7 @@ class CudaGraphBackend(DeviceGraphBackend):
             return super().capture(fn, args, pool, place_inputs)
 
     def checkpoint_pool(self, pool):
-        return torch._C._cuda_getCheckpointState(self.device_index, pool)
+        return torch._C._cuda_getCheckpointState(self.device_index, pool.handle)
 
     def restore_pool(self, pool, checkpoint, new_owners):
         stale_storages: list[int] = []  # nothing allocated now is missing from the checkpoint
@@ -65,4 +65,4 @@ class CudaGraphBackend(DeviceGraphBackend):
 
     def pool_holds_exactly(self, pool, storages):
         ptrs = {storage.data_ptr() for storage in storages}
-        return torch._C._cuda_checkPoolLiveAllocations(self.device_index, pool, ptrs)
+        return torch._C._cuda_checkPoolLiveAllocations(self.device_index, pool.handle, ptrs)

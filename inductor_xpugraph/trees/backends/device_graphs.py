@@ -9,11 +9,17 @@ module plugged in; the tree runtime never sees which one it talks to.
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .base import GraphBackend
+
+
+class DevicePool(NamedTuple):
+    handle: Any  # what graph_pool_handle() returned
+    keeper: Any  # an empty graph captured into the pool: the pool lives while it does
 
 
 class DeviceGraphBackend(GraphBackend):
@@ -44,8 +50,24 @@ class DeviceGraphBackend(GraphBackend):
         # Checked before every replay: the module function itself, resolved once.
         self.is_capturing = module.is_current_stream_capturing
 
-    def new_pool(self) -> Any:
-        return self.device_module.graph_pool_handle()
+    def new_pool(self) -> DevicePool:
+        """A private pool, kept alive by an empty graph captured into it.
+
+        A device pool lives only while some graph captured into it does: once the tree had
+        dropped its last graph (a model deleted, ``torch._dynamo.reset()``, re-records), the
+        next capture into the same handle failed inside ``capture_begin``, after the RNG had
+        entered capture mode, which poisoned the process. Upstream's trees keep theirs alive
+        the same way. The pool and its memory go when the tree lets go of the ``DevicePool``.
+        """
+        module = self.device_module
+        handle = module.graph_pool_handle()
+        keeper = self.new_graph()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "the graph is empty"
+            with module.device(self.device_index), module.stream(self.capture_stream):
+                keeper.capture_begin(pool=handle, **self.capture_begin_kwargs)
+                keeper.capture_end()
+        return DevicePool(handle, keeper)
 
     def capture(
         self,
@@ -67,12 +89,14 @@ class DeviceGraphBackend(GraphBackend):
         gc.disable()
         try:
             with module.device(self.device_index), module.stream(self.capture_stream):
-                graph.capture_begin(pool=pool, **self.capture_begin_kwargs)
+                graph.capture_begin(pool=pool.handle, **self.capture_begin_kwargs)
                 try:
                     place_inputs(args)
                     outputs = fn(args)
-                finally:
-                    graph.capture_end()
+                except BaseException:
+                    _end_failed_capture(graph)
+                    raise
+                graph.capture_end()
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -84,3 +108,13 @@ class DeviceGraphBackend(GraphBackend):
 
     def synchronize(self) -> None:
         self.device_module.synchronize(self.device_index)
+
+
+def _end_failed_capture(graph: Any) -> None:
+    """End a capture whose captured code raised, so that the stream, the allocator and the
+    RNG leave capture mode; the graph is discarded. The captured code's error is the one
+    the caller sees: an error of ending a capture it already broke adds nothing."""
+    try:
+        graph.capture_end()
+    except Exception:  # noqa: S110 - the original error is re-raised by the caller
+        pass

@@ -1,0 +1,83 @@
+"""A process's life: models replaced after ``torch._dynamo.reset()``, captures that fail.
+
+Runs on the CPU emulator everywhere and on cuda (both memory strategies) with ``-m gpu``; on
+cuda these failed before the pool was kept alive (a released pool made the next capture fail
+inside ``capture_begin`` and left the RNG in capture mode for the rest of the process).
+"""
+
+import gc
+
+import pytest
+import torch
+
+import inductor_xpugraph
+from inductor_xpugraph.trees.tree import all_trees
+
+
+@torch.library.custom_op("inductor_xpugraph_tests::fails_when_captured", mutates_args=())
+def fails_when_captured(x: torch.Tensor) -> torch.Tensor:
+    """An op that is fine eagerly and raises inside a graph capture (as a host sync would)."""
+    if any(tree.backend.is_capturing() for tree in all_trees()):
+        raise RuntimeError("fails_when_captured: this op cannot be captured")
+    return x * 2
+
+
+@fails_when_captured.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def run_three_times(fn, make_input):
+    for _ in range(3):
+        x = make_input()
+        out = fn(x)
+    return x, out
+
+
+def test_a_new_model_after_dynamo_reset_records_and_replays(device):
+    first = torch.compile(lambda x: x + 1, mode="reduce-overhead")
+    run_three_times(first, lambda: torch.randn(16, device=device))
+    del first
+    torch._dynamo.reset()
+    gc.collect()
+    second = torch.compile(lambda x: (x @ x).relu(), mode="reduce-overhead")
+    x, out = run_three_times(second, lambda: torch.randn(8, 8, device=device))
+    torch.testing.assert_close(out, (x @ x).relu())
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2 and stats["replays"] == 2
+
+
+def test_a_capture_that_raises_gives_the_caller_its_error_and_the_process_stays_usable(device):
+    fragile = torch.compile(lambda x: fails_when_captured(x.sin()) + 1, mode="reduce-overhead")
+    x = torch.randn(16, device=device)
+    fragile(x)  # warmup: un-graphed, fine
+    with pytest.raises(RuntimeError, match="this op cannot be captured"):
+        fragile(x)  # the capture
+    torch.testing.assert_close(fragile(x), x.sin() * 2 + 1)  # un-graphed from now on
+    reasons = inductor_xpugraph.stats()["skip_reasons"]
+    assert any("its capture raised RuntimeError" in reason for reason in reasons)
+
+    # Other models, random ones included, still record and replay.
+    noisy = torch.compile(lambda x: x * torch.rand_like(x), mode="reduce-overhead")
+    torch.manual_seed(0)
+    for _ in range(4):
+        out = noisy(x)
+        assert ((out.abs() <= x.abs() + 1e-6) & (out.sign() * x.sign() >= 0)).all()
+    assert inductor_xpugraph.stats()["replays"] >= 2
+
+
+def test_outputs_of_the_generation_a_capture_failed_in_stay_valid(device):
+    first = torch.compile(lambda x: x.cos(), mode="reduce-overhead")
+    fragile = torch.compile(lambda x: fails_when_captured(x) - 1, mode="reduce-overhead")
+    x = torch.randn(16, device=device)
+    inductor_xpugraph.mark_step_begin()
+    fragile(first(x))  # both warm up
+    inductor_xpugraph.mark_step_begin()
+    kept = first(x)  # recorded
+    with pytest.raises(RuntimeError, match="this op cannot be captured"):
+        fragile(kept)  # captured below it, in the same generation: raises
+    torch.testing.assert_close(kept, x.cos())
+    for _ in range(3):  # a fresh tree records again, then replays
+        inductor_xpugraph.mark_step_begin()
+        torch.testing.assert_close(fragile(first(x)), x.cos() * 2 - 1)
+    assert inductor_xpugraph.stats()["replays"] >= 2

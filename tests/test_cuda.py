@@ -203,3 +203,27 @@ def test_an_activation_kept_by_the_caller_is_never_overwritten_by_the_backward(
             out.sum().backward()
             w1.grad = w2.grad = None
         torch.testing.assert_close(kept, torch.relu(x @ w1))
+
+
+@pytest.mark.parametrize("checkpointing", [True, False], ids=["checkpointing", "owned-outputs"])
+def test_reset_gives_the_pool_memory_back_to_the_caching_allocator(cuda_device, checkpointing):
+    import gc
+
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
+        inductor_xpugraph.reset()
+        compiled = torch.compile(lambda x: (x @ x).relu() + 1, mode="reduce-overhead")
+        for _ in range(4):
+            compiled(torch.randn(512, 512, device="cuda"))
+        (tree,) = [tree for tree in all_trees() if tree.nodes()]
+        pool = tuple(tree._pool.handle)
+
+        def pool_segments():
+            snapshot = torch.cuda.memory_snapshot()
+            return [s for s in snapshot if tuple(s["segment_pool_id"]) == pool]
+
+        assert pool_segments()
+        inductor_xpugraph.reset()
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        assert pool_segments() == []

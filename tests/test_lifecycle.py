@@ -81,3 +81,36 @@ def test_outputs_of_the_generation_a_capture_failed_in_stay_valid(device):
         inductor_xpugraph.mark_step_begin()
         torch.testing.assert_close(fragile(first(x)), x.cos() * 2 - 1)
     assert inductor_xpugraph.stats()["replays"] >= 2
+
+
+def test_reset_lets_a_callable_that_fell_back_record_again(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(rerecord_limit=1), torch.no_grad():
+        for _ in range(5):  # a new weight every call: re-record, then fall back for good
+            model.weight = torch.nn.Parameter(torch.randn_like(model.weight))
+            compiled(x)
+        assert inductor_xpugraph.stats()["fallbacks"] == 1
+        inductor_xpugraph.reset()
+        for _ in range(4):  # warmup, record, replays
+            out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["warmups"], stats["records"], stats["replays"], stats["fallbacks"]) == (
+        1,
+        1,
+        2,
+        0,
+    )
+
+
+def test_after_reset_no_tree_holds_nodes_or_pool_memory(device):
+    compiled = torch.compile(lambda x: (x * 3).tanh(), mode="reduce-overhead")
+    for _ in range(4):
+        compiled(torch.randn(32, device=device))
+    assert inductor_xpugraph.stats()["pool_bytes"] > 0
+    inductor_xpugraph.reset()
+    assert all(tree.nodes() == [] and tree._pool is None for tree in all_trees())
+    assert inductor_xpugraph.stats()["pool_bytes"] == 0

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import stats
-from .graphed_callable import GraphedCallable
+from .graphed_callable import GraphedCallable, reset_all_callables
 from .tree import all_trees
 
 PHASES = ("inference", "forward", "backward")
@@ -54,9 +54,12 @@ def mark_step_begin() -> None:
 
 
 def reset() -> None:
-    """Drop every recording and pool on every device, and zero the counters."""
+    """Drop every recording and pool on every device, let every callable warm up and record
+    again (fallbacks and re-record counts cleared), and zero the counters. Outputs handed out
+    before are retired (``GraphTree.retire_handed_out``)."""
     for tree in all_trees():
         tree.reset()
+    reset_all_callables()
     stats.clear()
 
 

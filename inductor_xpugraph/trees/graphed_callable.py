@@ -43,6 +43,14 @@ from .tree import GraphTree, all_trees, thread_trees, tree_for
 log = logging.getLogger("inductor_xpugraph")
 
 _callable_ids = itertools.count()
+# Every live graphed callable, for ``reset_all_callables`` (held weakly: a compiled model that
+# is deleted takes its callables with it).
+_all_callables: weakref.WeakSet[GraphedCallable] = weakref.WeakSet()
+
+
+def reset_all_callables() -> None:
+    for graphed in list(_all_callables):
+        graphed.reset()
 
 
 class GraphedCallable:
@@ -67,11 +75,16 @@ class GraphedCallable:
             "forward": _set_pending_backward,
             "backward": _clear_pending_backward,
         }.get(phase, _nothing)
+        # A backward met again on the path is another backward through the same forward
+        # (``retain_graph=True``, two losses, a gradient penalty), never a new iteration.
+        self._may_restart_generation = phase != "backward"
         self.reset()
         weakref.finalize(self, _forget_callable, self.id)
+        _all_callables.add(self)
 
     def reset(self) -> None:
-        """Forget this callable's counters (its nodes live in the tree)."""
+        """Forget this callable's warmups, re-records and fallback (its nodes live in the
+        tree): it warms up and records again, as if new."""
         self._calls_before_record: dict[tuple[int, ...], int] = {}
         # Positions of int (size) inputs; None until the first call.
         self._size_inputs: tuple[int, ...] | None = None
@@ -85,7 +98,7 @@ class GraphedCallable:
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         node = tree.current.children.get((self.id, key))
-        if node is None and tree.restart_if_repeated(self.id):
+        if node is None and self._may_restart_generation and tree.restart_if_repeated(self.id):
             node = tree.current.children.get((self.id, key))
         if (
             node is not None

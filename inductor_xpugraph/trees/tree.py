@@ -154,7 +154,8 @@ class GraphTree:
         Calls that do not go through ``torch.compile`` (a loaded standalone/AOT artifact, the
         generated module run directly) never move the invocation counter; without this rule
         each call of such a loop would record a new node below the previous one. Not applied
-        while a backward is pending or once the user drives generations with mark_step_begin.
+        while a backward is pending, once the user drives generations with mark_step_begin, or
+        to backward callables (a second backward through one forward is not a new iteration).
         """
         if MarkStepBox.mark_step_counter or self.pending_backward:
             return False

@@ -34,7 +34,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training_memory import build  # noqa: E402
+from training_memory import build, select_variant  # noqa: E402
 
 WORKLOADS = ("mlp", "gpt2")
 VARIANTS = ("eager", "inductor", "upstream", "ours_checkpointing", "ours_owned")
@@ -46,11 +46,7 @@ def run_variant(workload: str, variant: str, steps: int, micro_batches: int) -> 
     import inductor_xpugraph
     from inductor_xpugraph.trees.tree import GraphTree
 
-    if variant.startswith("ours"):
-        inductor_xpugraph.enable("cuda")
-        inductor_xpugraph.config.allocator_checkpointing = variant == "ours_checkpointing"
-    else:
-        inductor_xpugraph.disable("cuda")
+    select_variant(variant)
     model, batch, loss_fn = build(workload)
     reference = copy.deepcopy(model)
     if variant == "eager":

@@ -77,9 +77,8 @@ def build(workload: str):
     return model, batch, loss_fn
 
 
-def run_variant(workload: str, variant: str, steps: int) -> dict:
-    import torch
-
+def select_variant(variant: str) -> None:
+    """Ours (``ours_checkpointing`` or ``ours_owned``) on cuda, or the stock wrapper."""
     import inductor_xpugraph
 
     if variant.startswith("ours"):
@@ -87,6 +86,14 @@ def run_variant(workload: str, variant: str, steps: int) -> dict:
         inductor_xpugraph.config.allocator_checkpointing = variant == "ours_checkpointing"
     else:
         inductor_xpugraph.disable("cuda")
+
+
+def run_variant(workload: str, variant: str, steps: int) -> dict:
+    import torch
+
+    import inductor_xpugraph
+
+    select_variant(variant)
     model, batch, loss_fn = build(workload)
     mode = None if variant == "inductor" else "reduce-overhead"
     compiled = torch.compile(model, mode=mode)

@@ -32,6 +32,12 @@ warmup_runs: int = _env_int("INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
 # moved to a new address, before it falls back to running un-graphed for good.
 rerecord_limit: int = _env_int("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
 
+# Recordings kept per callable and place in the tree for different addresses of its static
+# inputs (parameters, buffers, ``mark_static_address`` tensors such as a KV cache): when a set
+# of addresses comes back, its recording replays. Past this many, the least recently used one
+# is dropped. Only address sets never seen before count toward ``rerecord_limit``.
+static_input_variants: int = _env_int("INDUCTOR_XPUGRAPH_STATIC_INPUT_VARIANTS", 4)
+
 # One recording is kept per distinct set of integer (symbolic size) inputs. Past this many
 # a warning is logged once; with ``skip_dynamic_graphs`` further sizes run un-graphed instead.
 dynamic_shape_warn_limit: int = _env_int("INDUCTOR_XPUGRAPH_DYNAMIC_SHAPE_WARN_LIMIT", 8)

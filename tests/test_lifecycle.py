@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
+from inductor_xpugraph.trees import graphed_callable
 from inductor_xpugraph.trees.tree import all_trees
 
 
@@ -114,3 +115,48 @@ def test_after_reset_no_tree_holds_nodes_or_pool_memory(device):
     inductor_xpugraph.reset()
     assert all(tree.nodes() == [] and tree._pool is None for tree in all_trees())
     assert inductor_xpugraph.stats()["pool_bytes"] == 0
+
+
+def swap_to(model, weight):
+    model.weight = weight  # a different Parameter object: another address
+
+
+def test_a_parameter_set_that_comes_back_replays_its_recording(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    first, second = model.weight, torch.nn.Parameter(torch.randn_like(model.weight))
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):  # warmup, record, replay
+            compiled(x)
+        swap_to(model, second)
+        compiled(x)  # a new address set: a variant is recorded
+        for weight in (first, second, first, second):  # both come back: replays only
+            swap_to(model, weight)
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["replays"]) == (2, 1, 5)
+
+
+def test_variants_are_bounded_and_an_evicted_one_records_again_without_counting(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    weights = [model.weight] + [
+        torch.nn.Parameter(torch.randn_like(model.weight)) for _ in range(2)
+    ]
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(static_input_variants=2), torch.no_grad():
+        compiled(x)  # warmup
+        for weight in weights:  # three address sets, two kept: the first is dropped
+            swap_to(model, weight)
+            compiled(x)
+        swap_to(model, weights[0])
+        torch.testing.assert_close(compiled(x), model(x))  # recorded again
+        (tree,) = [tree for tree in all_trees() if tree.nodes()]
+        assert len(tree.nodes()) == 2
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (4, 3, 0)
+    # Toward the fallback limit count only the two address sets never seen before.
+    assert [c.rerecords for c in graphed_callable._all_callables if c.rerecords] == [2]

@@ -11,8 +11,11 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
 3. **warmup**: the first ``config.warmup_runs`` calls for given sizes run the plain callable
    (Triton autotuning, lazy kernel loading, library handles: never inside a capture);
 4. **record**: otherwise capture a new child node, replay it once to compute the result.
-   A node whose non-copied input moved is re-recorded (its subtree dropped); past
-   ``config.rerecord_limit`` re-records the callable runs un-graphed for good.
+   When a non-copied input moved, the callable is recorded again as a *variant*, beside the
+   recordings for the addresses seen before, and whichever matches replays (a KV cache or a
+   parameter set that comes back). At most ``config.static_input_variants`` variants are kept
+   per place, the least recently used dropped first; past ``config.rerecord_limit`` address
+   sets never seen before, the callable runs un-graphed for good.
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size; see ``config.dynamic_shape_warn_limit`` and
@@ -88,6 +91,9 @@ class GraphedCallable:
         self._calls_before_record: dict[tuple[int, ...], int] = {}
         # Positions of int (size) inputs; None until the first call.
         self._size_inputs: tuple[int, ...] | None = None
+        # Addresses of the static inputs of every recording made, to tell a set that comes
+        # back from a new one (bounded: past rerecord_limit new sets, the callable falls back).
+        self._address_sets_seen: set[tuple[int, ...]] = set()
         self.rerecords = 0
         self.fallen_back = False
 
@@ -129,13 +135,17 @@ class GraphedCallable:
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
-        node = tree.current.children.get((self.id, key))
-        if node is not None and node.recording.static_inputs_match(args):
+        variants = tree.current.variants((self.id, key))
+        node = next((v for v in variants if v.recording.static_inputs_match(args)), None)
+        if node is not None and node is not variants[0]:  # addresses seen before came back
+            tree.current.use_variant((self.id, key), node)
+            return self._replay_variant(tree, node, args)
+        if node is not None:
             # Recorded here, and the inputs match: memory it reuses is still referenced.
             tree.leave_for_this_generation(node)
             return self._run_eagerly(tree, args)
-        if node is not None:  # recorded here, but a non-copied input moved
-            return self._rerecord(tree, node, key, args)
+        if variants:  # recorded here, but a static input has an address no recording has
+            return self._record_variant(tree, variants, key, args)
         calls = self._calls_before_record.get(key, 0)
         if calls == 0 and key and not self._accept_new_size():
             return self.fn(args)
@@ -178,25 +188,48 @@ class GraphedCallable:
             )
         return True
 
-    def _rerecord(
-        self, tree: GraphTree, node: GraphNode, key: tuple[int, ...], args: list[Any]
+    def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
+        """Replay a recording that is not the one used last here (the fast path's work)."""
+        if node.reused_outputs and not node.release_reused_memory(args):
+            tree.leave_for_this_generation(node)
+            return self._run_eagerly(tree, args)
+        outputs = node.recording.replay(args)
+        tree.current = node
+        tree.hand_out(node, outputs)
+        stats.counters["replays"] += 1
+        return outputs
+
+    def _record_variant(
+        self, tree: GraphTree, variants: list[GraphNode], key: tuple[int, ...], args: list[Any]
     ) -> Any:
-        self.rerecords += 1
-        tree.drop_node(node)  # release its graphs and memory before capturing again
+        """Record for new addresses of the static inputs, keeping the other recordings."""
+        static = variants[0].recording.static_input_ptrs
+        moved = [i for i, ptr in static if args[i].data_ptr() != ptr]
+        if tuple(args[i].data_ptr() for i, _ in static) not in self._address_sets_seen:
+            self.rerecords += 1
         if self.rerecords > config.rerecord_limit:
             self.fallen_back = True
             _forget_callable(self.id)
             stats.counters["fallbacks"] += 1
             log.warning(
-                "inductor_xpugraph: %s re-recorded %d times because its parameters, buffers "
-                "or graph-produced inputs keep changing address; running it un-graphed from "
-                "now on (limit: inductor_xpugraph.config.rerecord_limit=%d)",
+                "inductor_xpugraph: %s was recorded for %d sets of addresses of its static "
+                "inputs (parameters, buffers, graph-produced or static-address inputs; now "
+                "argument(s) %s moved); running it un-graphed from now on (limit: "
+                "inductor_xpugraph.config.rerecord_limit=%d)",
                 self.name,
-                self.rerecords - 1,
+                len(self._address_sets_seen),
+                moved,
                 config.rerecord_limit,
             )
             return self.fn(args)
         stats.counters["rerecords"] += 1
+        log.debug(
+            "inductor_xpugraph: %s: argument(s) %s have new addresses; recording a variant",
+            self.name,
+            moved,
+        )
+        if len(variants) >= config.static_input_variants:
+            tree.drop_node(variants[-1])  # the least recently used
         return self._record(tree, key, args)
 
     def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
@@ -222,6 +255,7 @@ class GraphedCallable:
         static_inputs = [
             (i, args[i].data_ptr(), args[i].untyped_storage().data_ptr()) for i in static
         ]
+        self._address_sets_seen.add(tuple(ptr for _, ptr, _ in static_inputs))
         # The first replay needs only the copied inputs; the capture gets the only references
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
         first_replay_args = [arg if i in copied else None for i, arg in enumerate(args)]

@@ -40,6 +40,7 @@ class GraphNode:
         "phase",
         "parent",
         "children",
+        "other_variants",
         "recording",
         "seq",
         "reused_outputs",
@@ -59,7 +60,10 @@ class GraphNode:
         self.name = name
         self.phase = phase
         self.parent = parent
+        # Per (callable id, sizes): the recording used last here (the replay fast path looks
+        # it up), and the others, for other addresses of the static inputs, most recent first.
         self.children: dict[tuple[int, tuple[int, ...]], GraphNode] = {}
+        self.other_variants: dict[tuple[int, tuple[int, ...]], list[GraphNode]] = {}
         self.recording = recording
         self.seq = seq  # capture order: every descendant has a larger one
         # Output blocks of earlier nodes of the path whose memory this node's capture may
@@ -87,10 +91,45 @@ class GraphNode:
             node = node.parent
         return path[::-1]
 
+    def child_nodes(self) -> list[GraphNode]:
+        """Every child, each variant included."""
+        return [
+            *self.children.values(),
+            *(n for group in self.other_variants.values() for n in group),
+        ]
+
+    def variants(self, key: tuple[int, tuple[int, ...]]) -> list[GraphNode]:
+        """The recordings of one callable and sizes here, the one used last first."""
+        current = self.children.get(key)
+        return [current, *self.other_variants.get(key, ())] if current is not None else []
+
+    def use_variant(self, key: tuple[int, tuple[int, ...]], node: GraphNode) -> None:
+        """Make ``node`` (a new or existing variant for ``key``) the one used last."""
+        variants = [v for v in self.variants(key) if v is not node]
+        self.children[key] = node
+        if variants:
+            self.other_variants[key] = variants
+        else:
+            self.other_variants.pop(key, None)
+
+    def remove_child(self, node: GraphNode) -> None:
+        for key in [k for k, v in self.children.items() if v is node]:
+            rest = self.other_variants.pop(key, [])
+            del self.children[key]
+            if rest:
+                self.use_variant(key, rest[0])
+                if rest[1:]:
+                    self.other_variants[key] = rest[1:]
+        for key, group in list(self.other_variants.items()):
+            if node in group:
+                group.remove(node)
+                if not group:
+                    del self.other_variants[key]
+
     def subtree(self) -> list[GraphNode]:
         nodes, stack = [], [self]
         while stack:
             node = stack.pop()
             nodes.append(node)
-            stack.extend(node.children.values())
+            stack.extend(node.child_nodes())
         return nodes

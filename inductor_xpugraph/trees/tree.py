@@ -170,7 +170,7 @@ class GraphTree:
     def start_generation(self) -> None:
         self.retire_handed_out()
         if self.next_memory is not None:
-            for child in list(self.root.children.values()):
+            for child in self.root.child_nodes():
                 self.drop_node(child)
             # A fresh pool too: once its last graph is gone, a device may release the old one.
             self._pool = None
@@ -282,7 +282,7 @@ class GraphTree:
         self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording
     ) -> GraphNode:
         node = GraphNode(callable_id, name, phase, self.current, recording, next(self._seq))
-        self.current.children[(callable_id, key)] = node
+        self.current.use_variant((callable_id, key), node)
         if not self.memory.adopt(node, self.pool):
             self._fall_back_to_owned_outputs(node)
         return node
@@ -334,9 +334,7 @@ class GraphTree:
         parent = node.parent
         if parent is None:  # dropped already
             return
-        for child_key, child in list(parent.children.items()):
-            if child is node:
-                del parent.children[child_key]
+        parent.remove_child(node)
         subtree = node.subtree()
         self.memory.forget(subtree)
         if self.current in subtree:
@@ -383,6 +381,7 @@ class GraphTree:
             nodes = self.nodes()
             self.memory.forget(nodes)
             self.root.children.clear()
+            self.root.other_variants.clear()
             _unlink(nodes)
             self.current = self.root
             self.handed_out = []
@@ -411,6 +410,7 @@ def _unlink(nodes: list[GraphNode]) -> None:
     for node in nodes:
         node.parent = None
         node.children = {}
+        node.other_variants = {}
         node.recording.release()
 
 

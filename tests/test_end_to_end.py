@@ -124,7 +124,9 @@ def test_falls_back_after_rerecord_limit(device):
     with inductor_xpugraph.config.patch(rerecord_limit=2), torch.no_grad():
         for _ in range(3):
             compiled(x)
+        kept = []  # old weights stay alive, so that every new one has a new address
         for _ in range(4):  # a new weight every call: re-record, re-record, fall back
+            kept.append(model[0].weight)
             model[0].weight = torch.nn.Parameter(torch.randn_like(model[0].weight))
             torch.testing.assert_close(compiled(x), model(x))
     stats = inductor_xpugraph.stats()

@@ -90,7 +90,9 @@ def test_reset_lets_a_callable_that_fell_back_record_again(device):
     compiled = torch.compile(model, mode="reduce-overhead")
     x = torch.randn(4, 16, device=device)
     with inductor_xpugraph.config.patch(rerecord_limit=1), torch.no_grad():
+        kept = []  # old weights stay alive, so that every new one has a new address
         for _ in range(5):  # a new weight every call: re-record, then fall back for good
+            kept.append(model.weight)
             model.weight = torch.nn.Parameter(torch.randn_like(model.weight))
             compiled(x)
         assert inductor_xpugraph.stats()["fallbacks"] == 1
@@ -119,6 +121,28 @@ def test_after_reset_no_tree_holds_nodes_or_pool_memory(device):
 
 def swap_to(model, weight):
     model.weight = weight  # a different Parameter object: another address
+
+
+def test_a_new_weight_at_a_freed_weights_address_replays_that_recording(device):
+    """A new parameter the allocator places where an old one was: the recording for that
+    address reads it there, so it replays (cuda's caching allocator does this at once)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        address = model.weight.data_ptr()
+        storage = model.weight.untyped_storage()
+        swap_to(model, torch.nn.Parameter(torch.randn_like(model.weight)))
+        compiled(x)  # a variant for the new address
+        # The old weight's memory gets new values and comes back as the weight.
+        storage.copy_(torch.randn_like(model.weight).untyped_storage())
+        swap_to(model, torch.nn.Parameter(torch.empty(0, device=device).set_(storage).view(8, 16)))
+        assert model.weight.data_ptr() == address
+        torch.testing.assert_close(compiled(x), model(x))
+    assert inductor_xpugraph.stats()["records"] == 2
 
 
 def test_a_parameter_set_that_comes_back_replays_its_recording(device):

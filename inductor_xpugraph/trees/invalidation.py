@@ -86,10 +86,10 @@ def _extension() -> ModuleType | None:
         )
     except Exception as error:  # no compiler, no headers, read-only cache...
         log.warning(
-            "inductor_xpugraph: cannot build the stale-output extension (%s); instead of "
-            "raising on outputs of earlier generations, the runtime copies any it still "
-            "sees referenced out of the graph pool when a generation ends. Clone outputs "
-            "you keep across calls.",
+            "inductor_xpugraph: cannot build the stale-output extension (%s); outputs of "
+            "earlier generations the caller still holds are copied out of the graph pool "
+            "where this torch can swap storages (2.13 on), and otherwise silently hold "
+            "overwritten data. Clone outputs you keep across calls.",
             error,
         )
         return None

@@ -61,7 +61,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
 from .node import ConsumedInput, GraphNode
-from .recording import tensor_over
+from .storages import tensor_over
 
 if TYPE_CHECKING:
     from .backends import GraphBackend

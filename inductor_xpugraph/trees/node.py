@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from .storages import tensor_over
+
 if TYPE_CHECKING:
     from .recording import OutputBlock, Recording
 
@@ -26,8 +28,6 @@ class ConsumedInput(NamedTuple):
     dtype: torch.dtype
 
     def tensor(self) -> torch.Tensor:
-        from .recording import tensor_over
-
         return tensor_over(self.block.storage, self.offset, self.size, self.stride, self.dtype)
 
 
@@ -105,26 +105,22 @@ class GraphNode:
 
     def use_variant(self, key: tuple[int, tuple[int, ...]], node: GraphNode) -> None:
         """Make ``node`` (a new or existing variant for ``key``) the one used last."""
-        variants = [v for v in self.variants(key) if v is not node]
-        self.children[key] = node
-        if variants:
-            self.other_variants[key] = variants
-        else:
-            self.other_variants.pop(key, None)
+        self._set_variants(key, [node, *(v for v in self.variants(key) if v is not node)])
 
     def remove_child(self, node: GraphNode) -> None:
-        for key in [k for k, v in self.children.items() if v is node]:
-            rest = self.other_variants.pop(key, [])
-            del self.children[key]
-            if rest:
-                self.use_variant(key, rest[0])
-                if rest[1:]:
-                    self.other_variants[key] = rest[1:]
-        for key, group in list(self.other_variants.items()):
-            if node in group:
-                group.remove(node)
-                if not group:
-                    del self.other_variants[key]
+        keys = [k for k, v in self.children.items() if v is node]
+        keys += [k for k, group in self.other_variants.items() if node in group]
+        for key in keys:
+            self._set_variants(key, [v for v in self.variants(key) if v is not node])
+
+    def _set_variants(self, key: tuple[int, tuple[int, ...]], ordered: list[GraphNode]) -> None:
+        """The variants for ``key``, the one used last first (none: the key goes)."""
+        self.children.pop(key, None)
+        self.other_variants.pop(key, None)
+        if ordered:
+            self.children[key] = ordered[0]
+        if ordered[1:]:
+            self.other_variants[key] = ordered[1:]
 
     def subtree(self) -> list[GraphNode]:
         nodes, stack = [], [self]

@@ -25,6 +25,7 @@ import torch
 
 from .backends import Graph
 from .invalidation import StorageInvalidator, copy_out_of_pool
+from .storages import alias_over, tensor_over, unowned
 
 # torch's C++ loop over input addresses (CUDA builds); elsewhere the Python loop.
 _data_ptrs_at_indices_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
@@ -49,7 +50,7 @@ class OutputBlock:
     def __init__(self, owner: torch.UntypedStorage) -> None:
         self.address = owner.data_ptr()
         self.owner: torch.UntypedStorage | None = owner
-        self.storage = _unowned(owner)
+        self.storage = unowned(owner)
         self.own_refs = 1
         # Recordings with aliases over this memory: its producer, and later graphs of the
         # path whose outputs lie in it.
@@ -61,7 +62,7 @@ class OutputBlock:
 
     def new_unowned_storage(self) -> torch.UntypedStorage:
         """A fresh storage over this memory that does not own it (to be made its owner)."""
-        return _unowned(self.storage)
+        return unowned(self.storage)
 
     # Retiring (``retire_stale``, ``hand_over``): the old storage object leaves with the
     # caller's tensors, and the runtime continues with a new one over the same memory. Each
@@ -70,7 +71,7 @@ class OutputBlock:
 
     def retire_stale(self, invalidate: StorageInvalidator, message: str) -> None:
         """The caller's tensors over this memory raise ``message`` from now on."""
-        stale, self.storage = self.storage, _unowned(self.storage)
+        stale, self.storage = self.storage, unowned(self.storage)
         invalidate(stale, message)
 
 
@@ -240,7 +241,7 @@ class InputBuffers:
             )
             if self.copy_values:
                 writable_view(buffer).copy_(writable_view(arg))
-            self.views.append(_alias_over(buffer, _unowned(buffer.untyped_storage())))
+            self.views.append(alias_over(buffer, unowned(buffer.untyped_storage())))
             args[i] = buffer
 
 
@@ -297,22 +298,6 @@ def _outputs_builder(
     if as_tuple:
         return lambda: tuple([make() for make in factories])
     return lambda: [make() for make in factories]
-
-
-def _unowned(storage: torch.UntypedStorage) -> torch.UntypedStorage:
-    """A storage over the same memory that does not free it when it dies."""
-    return torch._C._construct_storage_from_data_pointer(
-        storage.data_ptr(), storage.device, storage.nbytes()
-    )
-
-
-def tensor_over(storage: torch.UntypedStorage, offset, size, stride, dtype) -> torch.Tensor:
-    """A new tensor over ``storage`` with this layout."""
-    return torch.empty((0,), dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
-
-
-def _alias_over(t: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
-    return tensor_over(storage, t.storage_offset(), t.size(), t.stride(), t.dtype)
 
 
 def writable_view(t: torch.Tensor) -> torch.Tensor:

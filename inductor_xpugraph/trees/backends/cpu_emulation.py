@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..storages import alias_over, unowned
 from .base import GraphBackend
 
 _ALLOCATOR_NAME = "empty_strided_cpu"
@@ -37,7 +38,10 @@ class EmulatedGraph:
         self._fn = fn
         # Like a real graph, hold addresses, not the caller's tensor or storage objects
         # (those may be retired later, and the runtime counts their references).
-        self._args = [_at_same_address(a) if isinstance(a, torch.Tensor) else a for a in args]
+        self._args = [
+            alias_over(a, unowned(a.untyped_storage())) if isinstance(a, torch.Tensor) else a
+            for a in args
+        ]
         # Memory a device pool would keep reserved for this graph, kept allocated: its copied
         # inputs' buffers and outputs of earlier graphs lent to it (storages that own their
         # memory; the runtime's storages over graph memory never do).
@@ -155,15 +159,6 @@ def _module_globals_of(fn: Callable[..., Any]) -> dict[str, Any]:
             f"(a function whose module defines {_ALLOCATOR_NAME}); got {fn!r}"
         )
     return module_globals
-
-
-def _at_same_address(t: torch.Tensor) -> torch.Tensor:
-    """A tensor over ``t``'s memory through a storage of its own that does not own it."""
-    storage = t.untyped_storage()
-    own = torch._C._construct_storage_from_data_pointer(
-        storage.data_ptr(), storage.device, storage.nbytes()
-    )
-    return torch.empty((0,), dtype=t.dtype).set_(own, t.storage_offset(), t.size(), t.stride())
 
 
 def _flat(outputs: Any) -> list[Any]:

@@ -40,7 +40,16 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request):
     """A device with the extension enabled, a fresh runtime and fresh Dynamo caches."""
-    name, checkpointing = request.param
+    yield from _fresh_runtime(*request.param)
+
+
+@pytest.fixture(params=DEVICES[1:])
+def cuda_each_strategy(request):
+    """``device`` on cuda only, in both memory strategies (for clients too slow on the CPU)."""
+    yield from _fresh_runtime(*request.param)
+
+
+def _fresh_runtime(name, checkpointing):
     was_enabled = name in inductor_xpugraph.enabled_devices()
     inductor_xpugraph.enable(name)
     torch._dynamo.reset()

@@ -182,3 +182,26 @@ def test_reset_makes_outputs_it_dropped_raise_and_says_so(device):
     for tensor in (out, view):
         with pytest.raises(RuntimeError, match=r"reset\(\) dropped"):
             tensor.sum()
+
+
+def test_a_reduce_overhead_optimizer_step_trains_as_eager(device):
+    """``torch.compile(opt.step, mode="reduce-overhead")`` beside a compiled model: the step
+    starts a generation while the gradients are referenced, so they are handed over."""
+    model = mlp(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2))
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=torch.tensor(1e-2))
+    compiled_step = torch.compile(opt.step, mode="reduce-overhead")
+    for _ in range(5):
+        x = torch.randn(8, 64, device=device)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        compiled_step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+    stats = inductor_xpugraph.stats()
+    assert stats["fallbacks"] == 0 and stats["replays"] >= 6

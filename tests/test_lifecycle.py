@@ -184,3 +184,18 @@ def test_variants_are_bounded_and_an_evicted_one_records_again_without_counting(
     assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (4, 3, 0)
     # Toward the fallback limit count only the two address sets never seen before.
     assert [c.rerecords for c in graphed_callable._all_callables if c.rerecords] == [2]
+
+
+def test_weights_loaded_in_place_reach_the_next_replay(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        other = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).to(device)
+        model.load_state_dict(other.state_dict())  # copies into the same tensors
+        torch.testing.assert_close(compiled(x), other(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["replays"]) == (1, 0, 2)

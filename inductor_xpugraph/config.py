@@ -28,9 +28,13 @@ def _env_int(name: str, default: int) -> int:
 # initialises kernels and library handles; none of that may happen inside a capture.
 warmup_runs: int = _env_int("INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
 
-# How many times one callable is re-captured because a static input (a parameter or buffer)
-# moved to a new address, before it falls back to running un-graphed for good.
+# Thrash guard: a callable that records more than ``rerecord_limit`` sets of addresses of its
+# static inputs never seen before (a parameter, buffer or KV cache moved) within
+# ``rerecord_window`` generations runs un-graphed from then on: recording that often costs
+# more than replaying saves. An input re-created once per request (``generate`` allocates a
+# new static KV cache per call) records once per request and stays graphed.
 rerecord_limit: int = _env_int("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
+rerecord_window: int = _env_int("INDUCTOR_XPUGRAPH_RERECORD_WINDOW", 64)
 
 # Recordings kept per callable and place in the tree for different addresses of its static
 # inputs (parameters, buffers, ``mark_static_address`` tensors such as a KV cache): when a set

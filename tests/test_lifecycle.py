@@ -199,3 +199,33 @@ def test_weights_loaded_in_place_reach_the_next_replay(device):
         torch.testing.assert_close(compiled(x), other(x))
     stats = inductor_xpugraph.stats()
     assert (stats["records"], stats["rerecords"], stats["replays"]) == (1, 0, 2)
+
+
+def test_a_static_input_recreated_once_per_request_stays_graphed(device):
+    """A KV cache allocated per ``generate`` call (a ``mark_static_address`` tensor the graph
+    writes into) is a new address set per request: one recording each, never a fallback,
+    while the same number of new sets on consecutive steps is thrash and falls back."""
+
+    def decode_step(token, cache):
+        cache.mul_(0.5).add_(token)  # written in place, as a KV cache is
+        return cache.sum(dim=0)
+
+    compiled = torch.compile(decode_step, mode="reduce-overhead")
+    caches = []  # every cache stays alive (as results kept by a caller): all addresses new
+    with inductor_xpugraph.config.patch(rerecord_limit=2, rerecord_window=8):
+        for _request in range(6):
+            caches.append(torch.zeros(4, 32, device=device))
+            torch._dynamo.mark_static_address(caches[-1])
+            expected = torch.zeros(4, 32, device=device)
+            for _step in range(5):
+                token = torch.randn(4, 32, device=device)
+                expected = expected * 0.5 + token
+                torch.testing.assert_close(compiled(token, caches[-1]), expected.sum(dim=0))
+        stats = inductor_xpugraph.stats()
+        assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (6, 5, 0)
+        assert stats["replays"] == 6 * 5 - 6 - 1  # every step but the records and the warmup
+        for _step in range(3):  # a new cache on every step: thrash
+            caches.append(torch.zeros(4, 32, device=device))
+            torch._dynamo.mark_static_address(caches[-1])
+            compiled(torch.randn(4, 32, device=device), caches[-1])
+    assert inductor_xpugraph.stats()["fallbacks"] == 1

@@ -14,8 +14,10 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    When a non-copied input moved, the callable is recorded again as a *variant*, beside the
    recordings for the addresses seen before, and whichever matches replays (a KV cache or a
    parameter set that comes back). At most ``config.static_input_variants`` variants are kept
-   per place, the least recently used dropped first; past ``config.rerecord_limit`` address
-   sets never seen before, the callable runs un-graphed for good.
+   per place, the least recently used dropped first. A callable that records more than
+   ``config.rerecord_limit`` address sets never seen before within
+   ``config.rerecord_window`` generations runs un-graphed for good (its inputs move on
+   nearly every step); one whose inputs are re-created once per request stays graphed.
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size; see ``config.dynamic_shape_warn_limit`` and
@@ -92,9 +94,11 @@ class GraphedCallable:
         # Positions of int (size) inputs; None until the first call.
         self._size_inputs: tuple[int, ...] | None = None
         # Addresses of the static inputs of every recording made, to tell a set that comes
-        # back from a new one (bounded: past rerecord_limit new sets, the callable falls back).
+        # back from a new one; and the tree generations at which the latest new sets were
+        # recorded (the last rerecord_limit + 1), for the thrash guard.
         self._address_sets_seen: set[tuple[int, ...]] = set()
-        self.rerecords = 0
+        self._new_set_generations: list[int] = []
+        self.rerecords = 0  # new address sets recorded, in all
         self.fallen_back = False
 
     def __call__(self, args: list[Any]) -> Any:
@@ -207,21 +211,14 @@ class GraphedCallable:
         moved = [i for i, ptr in static if args[i].data_ptr() != ptr]
         if tuple(args[i].data_ptr() for i, _ in static) not in self._address_sets_seen:
             self.rerecords += 1
-        if self.rerecords > config.rerecord_limit:
-            self.fallen_back = True
-            _forget_callable(self.id)
-            stats.counters["fallbacks"] += 1
-            log.warning(
-                "inductor_xpugraph: %s was recorded for %d sets of addresses of its static "
-                "inputs (parameters, buffers, graph-produced or static-address inputs; now "
-                "argument(s) %s moved); running it un-graphed from now on (limit: "
-                "inductor_xpugraph.config.rerecord_limit=%d)",
-                self.name,
-                len(self._address_sets_seen),
-                moved,
-                config.rerecord_limit,
-            )
-            return self.fn(args)
+            recent = self._new_set_generations
+            recent.append(tree.generations_started)
+            del recent[: -(config.rerecord_limit + 1)]
+            if (
+                len(recent) > config.rerecord_limit
+                and recent[-1] - recent[0] < config.rerecord_window
+            ):
+                return self._fall_back_for_moving_inputs(moved, recent[-1] - recent[0] + 1, args)
         stats.counters["rerecords"] += 1
         log.debug(
             "inductor_xpugraph: %s: argument(s) %s have new addresses; recording a variant",
@@ -231,6 +228,25 @@ class GraphedCallable:
         if len(variants) >= config.static_input_variants:
             tree.drop_node(variants[-1])  # the least recently used
         return self._record(tree, key, args)
+
+    def _fall_back_for_moving_inputs(self, moved: list[int], generations: int, args: list[Any]):
+        self.fallen_back = True
+        _forget_callable(self.id)
+        stats.counters["fallbacks"] += 1
+        log.warning(
+            "inductor_xpugraph: %s met %d new sets of addresses of its static inputs "
+            "(parameters, buffers, graph-produced or static-address inputs) within %d "
+            "generations (now argument(s) %s moved); running it un-graphed from now "
+            "on (limits: inductor_xpugraph.config.rerecord_limit=%d new sets within "
+            "rerecord_window=%d generations)",
+            self.name,
+            config.rerecord_limit + 1,
+            generations,
+            moved,
+            config.rerecord_limit,
+            config.rerecord_window,
+        )
+        return self.fn(args)
 
     def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         path_blocks = tree.path_blocks()

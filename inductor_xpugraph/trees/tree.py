@@ -121,6 +121,8 @@ class GraphTree:
         self.off_tree = GraphNode(-2, "<off tree>", "root", None, None, 0)
         self.current = self.root
         self.generation: int | None = None
+        # Generations started on this tree: a clock for how often things happen per step.
+        self.generations_started = 0
         self.pending_backward = False
         # Outputs handed out since the generation started, as (producer, weak references)
         # pairs; the producer (a node, or the callable for warmup runs) has .name and .phase.
@@ -178,6 +180,7 @@ class GraphTree:
         self.current = self.root
         self.pending_backward = False
         self.generation = current_generation()
+        self.generations_started += 1
 
     def hand_out(self, producer: Any, outputs: Any) -> None:
         """Note what ``producer`` (a node, or the callable for un-graphed runs) gave the

@@ -19,6 +19,14 @@ import torch
 import inductor_xpugraph
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--conformance-table",
+        action="store_true",
+        help="after tests/conformance: print each behaviour's outcome per implementation",
+    )
+
+
 def cuda_available() -> bool:
     return torch.cuda.is_available()
 

@@ -103,6 +103,13 @@ def _whole_graph_skip_reason(device_type: str, partitioned: bool) -> str | None:
         return f"the graph uses devices {sorted(devices)}, not only {device_type}"
     if len(graph.device_idxs) > 1:
         return f"the graph uses several {device_type} devices {sorted(graph.device_idxs)}"
+    if inductor_config.triton.cudagraph_skip_dynamic_graphs and any(
+        isinstance(x, torch.SymInt) for x in graph.example_inputs
+    ):
+        return (
+            "graph with symbolic shapes inputs "
+            "(torch._inductor.config.triton.cudagraph_skip_dynamic_graphs=True)"
+        )
     bad_inputs = [
         i for i, x in enumerate(graph.example_inputs) if not isinstance(x, _ACCEPTED_INPUT_TYPES)
     ]

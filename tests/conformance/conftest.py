@@ -125,9 +125,7 @@ class Impl:
             upstream_trees.reset_cudagraph_trees()
 
     def skip_dynamic_graphs(self) -> Any:
-        """A context in which graphs with symbolic sizes are not captured."""
-        if self.ours:
-            return inductor_xpugraph.config.patch(skip_dynamic_graphs=True)
+        """Upstream's switch: graphs with symbolic sizes are not captured (ours honours it)."""
         return torch._inductor.config.patch({"triton.cudagraph_skip_dynamic_graphs": True})
 
     def rerecord_limit(self, limit: int) -> Any:

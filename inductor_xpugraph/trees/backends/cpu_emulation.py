@@ -64,7 +64,13 @@ class EmulatedGraph:
             self._buffer_specs.append((tuple(size), tuple(stride), dtype))
             return buffer
 
-        self._outputs = self._run_with_allocator(record)
+        # A device capture draws no random numbers (its replays do): the capture run's draws
+        # are undone, so that a recording call consumes the generator as one run does.
+        rng_state = torch.get_rng_state()
+        try:
+            self._outputs = self._run_with_allocator(record)
+        finally:
+            torch.set_rng_state(rng_state)
         return self._outputs
 
     def replay(self) -> None:

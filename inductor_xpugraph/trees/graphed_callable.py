@@ -80,8 +80,9 @@ class GraphedCallable:
             "forward": _set_pending_backward,
             "backward": _clear_pending_backward,
         }.get(phase, _nothing)
-        # A backward met again on the path is another backward through the same forward
-        # (``retain_graph=True``, two losses, a gradient penalty), never a new iteration.
+        # A backward is never a new iteration: met again on the path, it is another backward
+        # through the same forward (``retain_graph=True``, two losses, a gradient penalty);
+        # called in a new torch.compile invocation, it is its forward's iteration still.
         self._may_restart_generation = phase != "backward"
         self.reset()
         weakref.finalize(self, _forget_callable, self.id)
@@ -104,7 +105,7 @@ class GraphedCallable:
     def __call__(self, args: list[Any]) -> Any:
         tree = thread_trees().get(self.device) or tree_for(self.device)
         if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
-            tree.maybe_start_generation()
+            tree.maybe_start_generation(backward=not self._may_restart_generation)
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         node = tree.current.children.get((self.id, key))

@@ -145,9 +145,14 @@ class GraphTree:
 
     # -- generations --------------------------------------------------------------------------
 
-    def maybe_start_generation(self) -> None:
-        """Called when the generation counter moved: start a new one if that is safe."""
-        if MarkStepBox.mark_step_counter or not self.pending_backward:
+    def maybe_start_generation(self, backward: bool = False) -> None:
+        """Called when the generation counter moved: start a new one if that is safe.
+
+        A backward never starts one (unless the user drives generations with
+        mark_step_begin): it belongs to the iteration of its forward, even when another
+        backward of that iteration already ran (two forwards, then their two backwards).
+        """
+        if MarkStepBox.mark_step_counter or not (self.pending_backward or backward):
             self.start_generation()
 
     def restart_if_repeated(self, callable_id: int) -> bool:

@@ -14,6 +14,11 @@ def mlp(device):
     )
 
 
+def clear_grads(*models):
+    for model in models:
+        model.zero_grad(set_to_none=True)
+
+
 def assert_same_grads(model, reference):
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
@@ -28,8 +33,7 @@ def test_training_steps_give_eager_gradients(impl):
         compiled(x).square().mean().backward()
         reference(x).square().mean().backward()
         assert_same_grads(model, reference)
-        for p in list(model.parameters()) + list(reference.parameters()):
-            p.grad = None
+        clear_grads(model, reference)
     assert impl.counts().replays >= 4
 
 
@@ -62,8 +66,7 @@ def test_two_backwards_through_one_forward(impl):
         ref.sum().backward(retain_graph=True)
         ref.square().sum().backward()
         assert_same_grads(model, reference)
-        for p in list(model.parameters()) + list(reference.parameters()):
-            p.grad = None
+        clear_grads(model, reference)
 
 
 def test_a_forward_without_backward_then_training(impl):
@@ -77,8 +80,7 @@ def test_a_forward_without_backward_then_training(impl):
         compiled(x).sum().backward()
         reference(x).sum().backward()
         assert_same_grads(model, reference)
-        for p in list(model.parameters()) + list(reference.parameters()):
-            p.grad = None
+        clear_grads(model, reference)
 
 
 def test_a_forward_whose_backward_never_runs_does_not_block_the_next_step(impl):
@@ -106,5 +108,84 @@ def test_gradient_accumulation_over_micro_batches(impl):
             compiled(x).square().mean().backward()
             reference(x).square().mean().backward()
         assert_same_grads(model, reference)
-        for p in list(model.parameters()) + list(reference.parameters()):
-            p.grad = None
+        clear_grads(model, reference)
+
+
+def test_two_forwards_then_their_backwards_give_eager_gradients(impl):
+    model = mlp(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    for _ in range(3):
+        xs = [torch.randn(8, 16, device=impl.device) for _ in range(2)]
+        outs = [compiled(x) for x in xs]  # the second forward runs with a backward pending
+        for out in outs:
+            out.sum().backward()
+        for x in xs:
+            reference(x).sum().backward()
+        assert_same_grads(model, reference)
+        clear_grads(model, reference)
+
+
+def test_a_held_output_backward_after_another_compiled_call(impl):
+    model = mlp(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    other = impl.compile(lambda x: x * 2)
+    for _ in range(3):
+        x = torch.randn(8, 16, device=impl.device)
+        out = compiled(x)
+        torch.testing.assert_close(other(x), x * 2)  # while the backward is pending
+        out.sum().backward()
+        reference(x).sum().backward()
+        assert_same_grads(model, reference)
+        clear_grads(model, reference)
+
+
+def test_mark_step_begin_starts_a_step_with_a_backward_pending(impl):
+    model = mlp(impl.device)
+    compiled = impl.compile(model)
+    for _ in range(4):
+        impl.mark_step()
+        x = torch.randn(8, 16, device=impl.device)
+        out = compiled(x)  # its backward never runs
+        torch.testing.assert_close(out, model(x))
+
+
+def test_dynamic_sizes_in_training(impl):
+    model = mlp(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model, dynamic=True)
+    for batch in (4, 6, 8, 4, 6, 8, 4):
+        x = torch.randn(batch, 16, device=impl.device)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        assert_same_grads(model, reference)
+        clear_grads(model, reference)
+
+
+def test_batch_norm_in_training_updates_its_running_statistics(impl):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).to(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    for _ in range(4):
+        x = torch.randn(16, 8, device=impl.device)
+        compiled(x).sum().backward()
+        reference(x).sum().backward()
+    bn, ref_bn = model[1], reference[1]
+    torch.testing.assert_close(bn.running_mean, ref_bn.running_mean)
+    torch.testing.assert_close(bn.running_var, ref_bn.running_var)
+    assert bn.num_batches_tracked.item() == 4
+
+
+def test_an_embedding_backward(impl):
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(50, 8).to(impl.device)
+    reference = copy.deepcopy(embedding)
+    compiled = impl.compile(embedding)
+    for _ in range(3):
+        ids = torch.randint(0, 50, (4, 6), device=impl.device)
+        compiled(ids).square().sum().backward()
+        reference(ids).square().sum().backward()
+        torch.testing.assert_close(embedding.weight.grad, reference.weight.grad)
+        embedding.weight.grad = reference.weight.grad = None

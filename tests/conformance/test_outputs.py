@@ -48,3 +48,23 @@ def test_a_zero_dim_output(impl):
         out = fn(x)
         assert out.dim() == 0
         torch.testing.assert_close(out, x.sum())
+
+
+def test_an_empty_input(impl):
+    fn = impl.compile(lambda x, y: (x * 2, y + 1))
+    for _ in range(3):
+        x, y = torch.randn(0, 4, device=impl.device), torch.randn(4, device=impl.device)
+        empty, plus = fn(x, y)
+        assert empty.shape == (0, 4)
+        torch.testing.assert_close(plus, y + 1)
+
+
+def test_a_cpu_scalar_output_beside_device_outputs(impl):
+    if impl.device == "cpu":
+        pytest.skip("on the emulator every tensor is a CPU tensor")
+    fn = impl.compile(lambda x, s: (x + 1, s * 2))
+    for value in (1.0, 2.0, 3.0):
+        x = torch.randn(8, device=impl.device)
+        plus, scaled = fn(x, torch.tensor(value))
+        torch.testing.assert_close(plus, x + 1)
+        assert scaled.device.type == "cpu" and scaled.item() == value * 2

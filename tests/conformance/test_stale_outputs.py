@@ -78,3 +78,11 @@ def test_an_output_used_before_the_next_call_has_its_value(impl):
         total += fn(x)
         expected += x.exp()
     torch.testing.assert_close(total, expected)
+
+
+def test_an_earlier_output_passed_back_in_raises(impl):
+    fn = impl.compile(lambda x: x * 3)
+    x = torch.randn(8, device=impl.device)
+    outs = run_three_times(fn, x)
+    with pytest.raises(RuntimeError, match=impl.stale_output):
+        fn(outs[1])

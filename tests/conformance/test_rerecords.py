@@ -1,0 +1,127 @@
+"""Re-records: parameters that move, new module instances, and the limit."""
+
+import torch
+
+
+def test_a_replaced_parameter_is_used_by_the_next_call(impl):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(impl.device)
+    compiled = impl.compile(model)
+    x = torch.randn(2, 8, device=impl.device)
+    kept = []
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        for _ in range(3):
+            kept.append(model.weight)
+            model.weight = torch.nn.Parameter(torch.randn_like(model.weight))
+            torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_a_new_module_instance_each_call_computes_with_its_own_weights(impl):
+    compiled = None
+    x = torch.randn(2, 8, device=impl.device)
+    modules = []
+    with torch.no_grad():
+        for seed in range(5):
+            torch.manual_seed(seed)
+            modules.append(torch.nn.Linear(8, 8).to(impl.device))
+            compiled = impl.compile(modules[-1])
+            torch.testing.assert_close(compiled(x), modules[-1](x))
+
+
+def test_parameters_that_keep_moving_stop_being_recorded(impl):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(impl.device)
+    compiled = impl.compile(model)
+    x = torch.randn(2, 8, device=impl.device)
+    kept = []
+    with impl.rerecord_limit(2), torch.no_grad():
+        for _ in range(8):
+            kept.append(model.weight)
+            model.weight = torch.nn.Parameter(torch.randn_like(model.weight))
+            torch.testing.assert_close(compiled(x), model(x))
+        records = impl.counts().records
+        for _ in range(3):
+            kept.append(model.weight)
+            model.weight = torch.nn.Parameter(torch.randn_like(model.weight))
+            torch.testing.assert_close(compiled(x), model(x))
+    assert impl.counts().records == records  # un-graphed from then on
+
+
+def test_weights_loaded_in_place_are_used_without_recording_again(impl):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(impl.device)
+    compiled = impl.compile(model)
+    x = torch.randn(2, 8, device=impl.device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        model.load_state_dict(torch.nn.Linear(8, 8).to(impl.device).state_dict())
+        torch.testing.assert_close(compiled(x), model(x))
+    assert impl.counts().records == 1
+
+
+def test_two_modules_through_one_compiled_function_alternate(impl):
+    torch.manual_seed(0)
+    modules = [torch.nn.Linear(8, 8).to(impl.device) for _ in range(2)]
+    fn = impl.compile(lambda module, x: module(x).relu())
+    x = torch.randn(2, 8, device=impl.device)
+    with torch.no_grad():
+        for _ in range(6):
+            for module in modules:
+                torch.testing.assert_close(fn(module, x), module(x).relu())
+
+
+def test_parameter_sets_that_alternate_never_fall_back(impl):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(impl.device)
+    compiled = impl.compile(model)
+    weights = [model.weight, torch.nn.Parameter(torch.randn_like(model.weight))]
+    x = torch.randn(2, 8, device=impl.device)
+    with impl.rerecord_limit(2), torch.no_grad():
+        for step in range(20):
+            model.weight = weights[step % 2]
+            torch.testing.assert_close(compiled(x), model(x))
+        replays = impl.counts().replays
+        for step in range(4):
+            model.weight = weights[step % 2]
+            compiled(x)
+    assert impl.counts().replays == replays + 4  # still graphed
+
+
+def test_a_static_address_input_updated_in_place_is_not_recorded_again(impl):
+    fn = impl.compile(lambda x, table: x + table)
+    table = torch.zeros(8, device=impl.device)
+    torch._dynamo.mark_static_address(table)
+    for step in range(5):
+        table.fill_(float(step))
+        x = torch.randn(8, device=impl.device)
+        torch.testing.assert_close(fn(x, table), x + step)
+    assert impl.counts().records == 1
+
+
+def test_a_replaced_static_address_input_is_read_at_its_new_address(impl):
+    fn = impl.compile(lambda x, table: x + table)
+    tables = []
+    for step in range(5):
+        tables.append(torch.full((8,), float(step), device=impl.device))
+        torch._dynamo.mark_static_address(tables[-1])
+        x = torch.randn(8, device=impl.device)
+        torch.testing.assert_close(fn(x, tables[-1]), x + step)
+
+
+def test_code_loaded_from_the_compile_cache_records_and_replays(impl):
+    def fn(x):
+        return (x @ x.T).relu()
+
+    x = torch.randn(8, 8, device=impl.device)
+    compiled = impl.compile(fn)
+    for _ in range(3):
+        compiled(x)
+    torch._dynamo.reset()  # the next compile is an FX graph cache hit
+    records = impl.counts().records
+    compiled = impl.compile(fn)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert impl.counts().records == records + 1

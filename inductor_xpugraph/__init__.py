@@ -31,11 +31,11 @@ _DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
 
 def _enable_from_environment() -> None:
     requested = os.environ.get(_DEVICES_ENV, "xpu")
-    for device in filter(None, (d.strip() for d in requested.split(","))):
-        if device not in SUPPORTED_DEVICES:
-            raise ValueError(
-                f"{_DEVICES_ENV}={requested!r}: {device!r} is not one of {SUPPORTED_DEVICES}"
-            )
+    devices = [d for d in (d.strip() for d in requested.split(",")) if d]
+    unknown = [d for d in devices if d not in SUPPORTED_DEVICES]
+    if unknown:  # checked before anything is enabled: a bad value applies nothing
+        raise ValueError(f"{_DEVICES_ENV}={requested!r}: {unknown} not among {SUPPORTED_DEVICES}")
+    for device in devices:
         enable(device)
 
 

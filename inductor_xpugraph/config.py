@@ -2,59 +2,58 @@
 
 Every value can be set in code (``inductor_xpugraph.config.warmup_runs = 2``), patched
 (``with inductor_xpugraph.config.patch(warmup_runs=2): ...``) or given from the environment
-with the variable named next to it. The whole module is registered as Inductor's per-device
+with the variable named next to it (booleans as 1/0, true/false, yes/no, on/off). Each value
+is checked wherever it comes from: a bad one raises ValueError naming the setting and what it
+accepts, and changes nothing. The whole module is registered as Inductor's per-device
 codegen config, so it is part of the FX graph cache key: changing a value never returns a
 wrapper that was generated under another value.
 """
 
-import os
 import sys
 
-from torch.utils._config_module import Config, install_config_module
+from torch.utils._config_module import install_config_module
 
+from ._settings import checked_config_class as _checked_config_class
+from ._settings import from_environment as _from_environment
 
-def _env_int(name: str, default: int) -> int:
-    # torch's Config reads only bool/str variables from the environment; ints are read here.
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r} is not an integer") from None
-
+# Only settings below: install_config_module turns every other module-level value into one.
 
 # Eager runs of a callable before it is captured. The first call autotunes and lazily
 # initialises kernels and library handles; none of that may happen inside a capture.
-warmup_runs: int = _env_int("INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
+warmup_runs: int = _from_environment("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
 
 # Thrash guard: a callable that records more than ``rerecord_limit`` sets of addresses of its
 # static inputs never seen before (a parameter, buffer or KV cache moved) within
 # ``rerecord_window`` generations runs un-graphed from then on: recording that often costs
 # more than replaying saves. An input re-created once per request (``generate`` allocates a
 # new static KV cache per call) records once per request and stays graphed.
-rerecord_limit: int = _env_int("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
-rerecord_window: int = _env_int("INDUCTOR_XPUGRAPH_RERECORD_WINDOW", 64)
+rerecord_limit: int = _from_environment("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
+rerecord_window: int = _from_environment("rerecord_window", "INDUCTOR_XPUGRAPH_RERECORD_WINDOW", 64)
 
 # Recordings kept per callable and place in the tree for different addresses of its static
 # inputs (parameters, buffers, ``mark_static_address`` tensors such as a KV cache): when a set
 # of addresses comes back, its recording replays. Past this many, the least recently used one
 # is dropped. Only address sets never seen before count toward ``rerecord_limit``.
-static_input_variants: int = _env_int("INDUCTOR_XPUGRAPH_STATIC_INPUT_VARIANTS", 4)
+static_input_variants: int = _from_environment(
+    "static_input_variants", "INDUCTOR_XPUGRAPH_STATIC_INPUT_VARIANTS", 4
+)
 
 # One recording is kept per distinct set of integer (symbolic size) inputs. Past this many
 # a warning is logged once; with ``skip_dynamic_graphs`` further sizes run un-graphed instead.
-dynamic_shape_warn_limit: int = _env_int("INDUCTOR_XPUGRAPH_DYNAMIC_SHAPE_WARN_LIMIT", 8)
-skip_dynamic_graphs: bool = Config(
-    default=False, env_name_force="INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS"
+dynamic_shape_warn_limit: int = _from_environment(
+    "dynamic_shape_warn_limit", "INDUCTOR_XPUGRAPH_DYNAMIC_SHAPE_WARN_LIMIT", 8
+)
+skip_dynamic_graphs: bool = _from_environment(
+    "skip_dynamic_graphs", "INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", False
 )
 
 # Where the backend's allocator can checkpoint a pool (cuda), let sibling branches of a tree
 # share memory (trees.memory.CheckpointedPool). False keeps every graph's outputs allocated
 # for its whole life ("owned outputs"): the portable strategy, the only one on xpu; turn this
 # off on cuda to measure it. Read when a device's tree is created or reset.
-allocator_checkpointing: bool = Config(
-    default=True, env_name_force="INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING"
+allocator_checkpointing: bool = _from_environment(
+    "allocator_checkpointing", "INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING", True
 )
 
 install_config_module(sys.modules[__name__])
+_checked_config_class(sys.modules[__name__])

@@ -1,0 +1,81 @@
+"""The checks of ``inductor_xpugraph.config``: each setting's type and range, applied to values
+from the environment, set in code, or patched. (A module of its own because every
+module-level value of ``config`` becomes a setting.)"""
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _integer(minimum: int) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(
+                f"inductor_xpugraph.config.{name} must be an integer >= {minimum}, got {value!r}"
+            )
+        return value
+
+    return check
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"inductor_xpugraph.config.{name} must be True or False, got {value!r}")
+    return value
+
+
+def from_environment(name: str, variable: str, default: Any) -> Any:
+    """The value of setting ``name`` from ``variable`` if set (checked), else ``default``."""
+    raw = os.environ.get(variable)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    try:
+        if isinstance(default, bool):
+            if text not in _TRUE + _FALSE:
+                raise ValueError(f"accepted: {'/'.join(_TRUE + _FALSE)}")
+            value: Any = text in _TRUE
+        else:
+            value = int(text)
+        return CHECKS[name](name, value)
+    except ValueError as error:
+        raise ValueError(f"{variable}={raw!r} is not a valid value: {error}") from None
+
+
+# Each setting's check, applied when it is read from the environment, set or patched.
+CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "warmup_runs": _integer(1),
+    "rerecord_limit": _integer(0),
+    "rerecord_window": _integer(1),
+    "static_input_variants": _integer(1),
+    "dynamic_shape_warn_limit": _integer(1),
+    "skip_dynamic_graphs": _boolean,
+    "allocator_checkpointing": _boolean,
+}
+
+
+def checked_config_class(module: ModuleType) -> None:
+    """Make the installed ConfigModule ``module`` check each value set or patched."""
+
+    class CheckedConfigModule(module.__class__):  # type: ignore[misc,name-defined]
+        def __setattr__(self, name: str, value: Any) -> None:
+            check = CHECKS.get(name)
+            super().__setattr__(name, value if check is None else check(name, value))
+
+        def patch(self, arg1: Any = None, arg2: Any = None, **kwargs: Any) -> Any:
+            # Every value is checked before any is applied: a bad one changes nothing.
+            changes = dict(kwargs)
+            if isinstance(arg1, str):
+                changes[arg1] = arg2
+            elif isinstance(arg1, dict):
+                changes.update(arg1)
+            for name, value in changes.items():
+                if name in CHECKS:
+                    CHECKS[name](name, value)
+            return super().patch(arg1, arg2, **kwargs)
+
+    # ConfigModule's own __setattr__ accepts only settings: go around it.
+    ModuleType.__setattr__(module, "__class__", CheckedConfigModule)

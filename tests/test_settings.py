@@ -1,0 +1,94 @@
+"""Settings are checked wherever they come from: environment, assignment, patch. A bad value
+raises ValueError naming the setting and what it accepts, and applies nothing."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import inductor_xpugraph
+
+config = inductor_xpugraph.config
+
+
+def import_with(environment: dict[str, str], code: str = "") -> subprocess.CompletedProcess:
+    script = "import inductor_xpugraph\n" + code
+    env = {**os.environ, **environment}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("text, expected", [("false", False), ("0", False), ("Yes", True)])
+def test_boolean_environment_values_are_parsed(text, expected):
+    result = import_with(
+        {"INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING": text},
+        "print(inductor_xpugraph.config.allocator_checkpointing)",
+    )
+    assert result.stdout.strip() == str(expected), result.stderr
+
+
+@pytest.mark.parametrize(
+    "variable, text",
+    [
+        ("INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", "maybe"),
+        ("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "abc"),
+        ("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "-1"),
+        ("INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0"),
+    ],
+)
+def test_a_bad_environment_value_fails_the_import_naming_the_variable(variable, text):
+    result = import_with({variable: text})
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("ValueError") and variable in last_line and repr(text) in last_line
+
+
+def test_a_bad_device_list_enables_nothing():
+    code = (
+        "import torch._inductor.codegen.common as common\n"
+        "common.init_backend_registration()\n"
+        "stock = common.get_wrapper_codegen_for_device('cpu')\n"
+        "try:\n"
+        "    import inductor_xpugraph\n"
+        "except ValueError as error:\n"
+        "    print('refused:', error)\n"
+        "print(common.get_wrapper_codegen_for_device('cpu') is stock)\n"
+    )
+    env = {**os.environ, "INDUCTOR_XPUGRAPH_DEVICES": "cpu,bogus"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("refused:") and "bogus" in lines[0], result.stderr
+    assert lines[-1] == "True"
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("rerecord_limit", "abc"),
+        ("rerecord_limit", -1),
+        ("rerecord_window", 0),
+        ("static_input_variants", 0),
+        ("warmup_runs", True),
+        ("allocator_checkpointing", "false"),
+        ("skip_dynamic_graphs", 1),
+    ],
+)
+def test_a_bad_value_set_in_code_raises_and_keeps_the_old_one(name, value):
+    before = getattr(config, name)
+    with pytest.raises(ValueError, match=f"inductor_xpugraph.config.{name} must be"):
+        setattr(config, name, value)
+    assert getattr(config, name) == before
+
+
+def test_a_patch_with_one_bad_value_applies_none_of_them():
+    before = (config.rerecord_limit, config.warmup_runs)
+    with pytest.raises(ValueError, match="warmup_runs"):
+        with config.patch(rerecord_limit=3, warmup_runs=0):
+            pass
+    assert (config.rerecord_limit, config.warmup_runs) == before
+
+
+def test_good_values_are_accepted():
+    with config.patch(rerecord_limit=0, rerecord_window=1, skip_dynamic_graphs=True):
+        assert (config.rerecord_limit, config.rerecord_window) == (0, 1)
+        assert config.skip_dynamic_graphs is True

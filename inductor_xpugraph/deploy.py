@@ -135,15 +135,57 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path} is not an inductor_xpugraph export (no {MANIFEST})")
     try:
         manifest = json.loads(manifest_path.read_text())
-        version = manifest["manifest_version"]
-    except (ValueError, KeyError, TypeError) as error:
+    except ValueError as error:
         raise ArtifactError(f"{manifest_path} is corrupt: {error}") from None
+    version = manifest.get("manifest_version") if isinstance(manifest, dict) else None
     if version != MANIFEST_VERSION:
         raise ArtifactError(
-            f"{manifest_path} has manifest version {version}; this inductor_xpugraph "
+            f"{manifest_path} has manifest version {version!r}; this inductor_xpugraph "
             f"({__version__}) reads version {MANIFEST_VERSION}"
         )
+    fault = _manifest_fault(manifest)
+    if fault is not None:
+        raise ArtifactError(f"{manifest_path} is corrupt: {fault}")
     return manifest
+
+
+# What each manifest field holds: its type, and the values allowed where they are few.
+_MANIFEST_FIELDS: dict[str, tuple[type, tuple[Any, ...] | None]] = {
+    "inductor_xpugraph": (str, None),
+    "torch": (str, None),
+    "device_type": (str, ("cpu", "cuda", "xpu")),
+    "format": (str, tuple(FORMATS)),
+    "graphs": (list, None),
+    "wrappers": (list, None),
+}
+_GRAPH_FIELDS = {
+    "name": str,
+    "phase": str,
+    "device": str,
+    "static_inputs": list,
+    "mutated_inputs": list,
+}
+
+
+def _manifest_fault(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with a parsed manifest (version 1), or None."""
+    for field, (kind, allowed) in _MANIFEST_FIELDS.items():
+        if field not in manifest:
+            return f"the field {field!r} is missing"
+        value = manifest[field]
+        if not isinstance(value, kind):
+            return f"{field!r} is {value!r}, not a {kind.__name__}"
+        if allowed is not None and value not in allowed:
+            return f"{field!r} is {value!r}, not one of {list(allowed)}"
+    for index, graph in enumerate(manifest["graphs"]):
+        if not isinstance(graph, dict):
+            return f"graphs[{index}] is {graph!r}, not an object"
+        for field, kind in _GRAPH_FIELDS.items():
+            if not isinstance(graph.get(field), kind):
+                return f"graphs[{index}][{field!r}] is {graph.get(field)!r}, not a {kind.__name__}"
+    if not all(isinstance(source, str) for source in manifest["wrappers"]):
+        return "'wrappers' holds something other than source text"
+    return None
 
 
 def describe(path: str | Path, *, source: bool = True) -> str:

@@ -338,3 +338,24 @@ def test_wrapper_module_run_as_a_script_times_graph_replays(unpacked_export):
 def test_describe_of_an_unpacked_export_names_the_module_to_run(unpacked_export):
     (module,) = wrapper_modules(unpacked_export)
     assert f"run directly to time replays: python {module}" in describe(unpacked_export)
+
+
+@pytest.mark.parametrize(
+    "fault, edit",
+    [
+        ("'torch' is missing", lambda m: m.pop("torch")),
+        ("'format' is 'zip', not one of", lambda m: m.update(format="zip")),
+        ("'device_type' is 'tpu', not one of", lambda m: m.update(device_type="tpu")),
+        ("'graphs' is None, not a list", lambda m: m.update(graphs=None)),
+        ("graphs\\[0\\]\\['name'\\] is None", lambda m: m["graphs"][0].update(name=None)),
+        ("manifest version '1'", lambda m: m.update(manifest_version="1")),
+    ],
+)
+def test_every_manifest_fault_is_an_artifact_error_from_load_and_inspect(
+    exported, tmp_path, fault, edit
+):
+    copy = edited_copy(exported, tmp_path, lambda d, m: edit(m))
+    with pytest.raises(ArtifactError, match=fault):
+        load(copy)
+    with pytest.raises(ArtifactError, match=fault):
+        describe(copy)

@@ -11,8 +11,10 @@ An export is a directory:
     <dir>/inductor_xpugraph.json             the manifest: versions, device, format, the
                                              graphs the wrapper captures and its source
 
-``export(fn, example_inputs, dir)`` writes one; ``load(dir)`` checks the manifest against this
-process (versions, device present, files intact) and returns the compiled callable;
+``export(fn, example_inputs, dir)`` writes one, with the SHA-256 of each file in the manifest;
+``load(dir)`` checks the manifest against this process (versions, device present), copies the
+files to a private directory checking each digest (an export edited after it was made is
+refused before anything of it runs), and returns the compiled callable loaded from the copy;
 ``describe(dir)`` (``python -m inductor_xpugraph inspect <dir>``) prints what it holds;
 ``wrapper_modules(dir)`` lists an unpacked export's generated modules, which run directly
 (``python <module>.py``) time graph replays through Inductor's benchmark harness.
@@ -23,7 +25,9 @@ too, without these checks.
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
+import hashlib
 import json
 import shutil
 import tempfile
@@ -38,7 +42,7 @@ from .codegen import disable, enable, enabled_devices
 
 MANIFEST = "inductor_xpugraph.json"
 RUNTIME_IMPORT = "import inductor_xpugraph.trees"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: "files", the SHA-256 of every file of the export
 FORMATS = {"unpacked": "artifact", "binary": "artifact.bin"}
 
 
@@ -92,6 +96,7 @@ def export(
         "format": format,
         "graphs": [graph for source in wrappers for graph in graphified_calls(source)],
         "wrappers": wrappers,
+        "files": _file_digests(path),
     }
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path
@@ -119,6 +124,7 @@ def load(path: str | Path) -> Callable[..., Any]:
     artifact = path / FORMATS[manifest["format"]]
     if not artifact.exists():
         raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
+    artifact = _verified_private_copy(path, manifest) / FORMATS[manifest["format"]]
     from torch._inductor import CompiledArtifact
 
     try:
@@ -149,6 +155,46 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def _verified_private_copy(path: Path, manifest: dict[str, Any]) -> Path:
+    """A copy of the files the export recorded, checked against their SHA-256, that torch's
+    loader then reads: nothing edited after export, and nothing added to the export (the
+    loader writes compiled kernels and locks into the directory it loads), is ever run.
+    Kept for the life of the process (the loader may read kernels lazily)."""
+    private = Path(tempfile.mkdtemp(prefix="inductor_xpugraph_load_"))
+    atexit.register(shutil.rmtree, private, ignore_errors=True)
+    changed, removed = [], []
+    for name, digest in manifest["files"].items():
+        source, target = path / name, private / name
+        if not source.is_file():
+            removed.append(name)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = source.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            changed.append(name)
+        target.write_bytes(data)
+    if changed or removed:
+        what = "; ".join(
+            f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+            for label, names in (("changed", changed), ("removed", removed))
+            if names
+        )
+        raise ArtifactError(
+            f"{path} differs from what was exported ({what}); nothing of it was loaded. "
+            f"Export it again."
+        )
+    return private
+
+
+def _file_digests(path: Path) -> dict[str, str]:
+    """SHA-256 of every file of an export but its manifest, by path relative to it."""
+    return {
+        file.relative_to(path).as_posix(): hashlib.sha256(file.read_bytes()).hexdigest()
+        for file in sorted(path.rglob("*"))
+        if file.is_file() and file.name != MANIFEST
+    }
+
+
 # What each manifest field holds: its type, and the values allowed where they are few.
 _MANIFEST_FIELDS: dict[str, tuple[type, tuple[Any, ...] | None]] = {
     "inductor_xpugraph": (str, None),
@@ -157,6 +203,7 @@ _MANIFEST_FIELDS: dict[str, tuple[type, tuple[Any, ...] | None]] = {
     "format": (str, tuple(FORMATS)),
     "graphs": (list, None),
     "wrappers": (list, None),
+    "files": (dict, None),
 }
 _GRAPH_FIELDS = {
     "name": str,

@@ -359,3 +359,22 @@ def test_every_manifest_fault_is_an_artifact_error_from_load_and_inspect(
         load(copy)
     with pytest.raises(ArtifactError, match=fault):
         describe(copy)
+
+
+def test_an_export_edited_after_export_is_refused_before_anything_runs(exported, tmp_path):
+    marker = tmp_path / "injected_code_ran"
+
+    def inject(directory, manifest):
+        if manifest["format"] == "unpacked":  # code a wrapper would run at import
+            wrapper = wrapper_modules(directory)[0]
+            wrapper.write_text(f"open({str(marker)!r}, 'w').close()\n" + wrapper.read_text())
+        else:  # one byte of the packed artifact
+            packed = directory / "artifact.bin"
+            data = bytearray(packed.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            packed.write_bytes(bytes(data))
+
+    copy = edited_copy(exported, tmp_path, inject)
+    with pytest.raises(ArtifactError, match="differs from what was exported .changed: artifact"):
+        load(copy)
+    assert not marker.exists()

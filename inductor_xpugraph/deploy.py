@@ -28,7 +28,9 @@ import ast
 import atexit
 import contextlib
 import hashlib
+import hmac
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +46,7 @@ MANIFEST = "inductor_xpugraph.json"
 RUNTIME_IMPORT = "import inductor_xpugraph.trees"
 MANIFEST_VERSION = 2  # 2: "files", the SHA-256 of every file of the export
 FORMATS = {"unpacked": "artifact", "binary": "artifact.bin"}
+KEY_ENV = "INDUCTOR_XPUGRAPH_EXPORT_KEY"
 
 
 class ArtifactError(RuntimeError):
@@ -56,10 +59,13 @@ def export(
     path: str | Path,
     *,
     format: str = "unpacked",
+    key: bytes | str | None = None,
 ) -> Path:
     """Compile ``fn`` for ``example_inputs`` with graphs on, and save it to directory ``path``.
 
     ``fn`` is an ``fx.GraphModule`` or a function traceable by ``make_fx`` (tensor ops only).
+    With ``key`` (or ``INDUCTOR_XPUGRAPH_EXPORT_KEY``), the manifest is signed with an
+    HMAC-SHA256 that ``load(..., key=...)`` checks.
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {sorted(FORMATS)}, got {format!r}")
@@ -98,14 +104,32 @@ def export(
         "wrappers": wrappers,
         "files": _file_digests(path),
     }
+    key_bytes = _key(key)
+    if key_bytes is not None:
+        manifest["signature"] = _signature(manifest, key_bytes)
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path
 
 
-def load(path: str | Path) -> Callable[..., Any]:
-    """The compiled callable of an export, after checking it can run in this process."""
+def load(path: str | Path, *, key: bytes | str | None = None) -> Callable[..., Any]:
+    """The compiled callable of an export, after checking it can run in this process.
+
+    With ``key`` (or ``INDUCTOR_XPUGRAPH_EXPORT_KEY``), only an export whose manifest was
+    signed with that key loads: the manifest holds every file's digest, so nothing of an
+    export made or edited by someone without the key runs.
+    """
     path = Path(path)
     manifest = read_manifest(path)
+    key_bytes = _key(key)
+    if key_bytes is not None:
+        signature = manifest.get("signature")
+        if not isinstance(signature, str):
+            raise ArtifactError(f"{path} is not signed, and a key was given: refusing it")
+        if not hmac.compare_digest(signature, _signature(manifest, key_bytes)):
+            raise ArtifactError(
+                f"{path}: its manifest's signature does not match the key given (made with "
+                f"another key, or edited after export): refusing it"
+            )
     for package, built_with, here in (
         ("inductor_xpugraph", manifest["inductor_xpugraph"], __version__),
         ("torch", manifest["torch"], torch.__version__),
@@ -153,6 +177,19 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if fault is not None:
         raise ArtifactError(f"{manifest_path} is corrupt: {fault}")
     return manifest
+
+
+def _key(key: bytes | str | None) -> bytes | None:
+    if key is None:
+        key = os.environ.get(KEY_ENV) or None
+    return key.encode() if isinstance(key, str) else key
+
+
+def _signature(manifest: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the manifest without its signature, in a canonical JSON form."""
+    unsigned = {field: value for field, value in manifest.items() if field != "signature"}
+    canonical = json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
 
 
 def _verified_private_copy(path: Path, manifest: dict[str, Any]) -> Path:

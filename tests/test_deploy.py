@@ -378,3 +378,54 @@ def test_an_export_edited_after_export_is_refused_before_anything_runs(exported,
     with pytest.raises(ArtifactError, match="differs from what was exported .changed: artifact"):
         load(copy)
     assert not marker.exists()
+
+
+KEY = "serving-key-0"
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory):
+    path = tmp_path_factory.mktemp("signed") / "mlp"
+    export(mlp, example_inputs(), path, key=KEY)
+    return path
+
+
+def test_a_signed_export_loads_with_its_key(signed):
+    fn = load(signed, key=KEY)
+    torch.testing.assert_close(fn(*example_inputs())[0], mlp(*example_inputs()))
+
+
+def test_the_key_can_come_from_the_environment(signed, tmp_path, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_XPUGRAPH_EXPORT_KEY", "another-key")
+    with pytest.raises(ArtifactError, match="does not match the key"):
+        load(signed)
+
+
+def test_a_signed_export_is_refused_with_another_key(signed):
+    with pytest.raises(ArtifactError, match="does not match the key"):
+        load(signed, key="another-key")
+
+
+def test_an_unsigned_export_is_refused_when_a_key_is_given(exported):
+    with pytest.raises(ArtifactError, match="is not signed"):
+        load(exported, key=KEY)
+
+
+def test_a_signed_export_with_an_edited_manifest_is_refused_before_anything_runs(signed, tmp_path):
+    """Code injected into a wrapper, with the manifest's digest updated to match it."""
+    import hashlib
+
+    marker = tmp_path / "injected_code_ran"
+
+    def inject(directory, manifest):
+        wrapper = wrapper_modules(directory)[0]
+        wrapper.write_text(f"open({str(marker)!r}, 'w').close()\n" + wrapper.read_text())
+        name = wrapper.relative_to(directory).as_posix()
+        manifest["files"][name] = hashlib.sha256(wrapper.read_bytes()).hexdigest()
+
+    copy = edited_copy(signed, tmp_path, inject)
+    with pytest.raises(ArtifactError, match="does not match the key"):
+        load(copy, key=KEY)
+    assert not marker.exists()
+    load(copy)  # without a key only the digests are checked: they match, the code runs
+    assert marker.exists()

@@ -211,16 +211,19 @@ def _verified_private_copy(path: Path, manifest: dict[str, Any]) -> Path:
             changed.append(name)
         target.write_bytes(data)
     if changed or removed:
-        what = "; ".join(
-            f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-            for label, names in (("changed", changed), ("removed", removed))
-            if names
-        )
         raise ArtifactError(
-            f"{path} differs from what was exported ({what}); nothing of it was loaded. "
-            f"Export it again."
+            f"{path} differs from what was exported ({_differences(changed, removed)}); "
+            f"nothing of it was loaded. Export it again."
         )
     return private
+
+
+def _differences(changed: list[str], removed: list[str]) -> str:
+    return "; ".join(
+        f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+        for label, names in (("changed", changed), ("removed", removed))
+        if names
+    )
 
 
 def _file_digests(path: Path) -> dict[str, str]:
@@ -288,12 +291,29 @@ def describe(path: str | Path, *, source: bool = True) -> str:
         )
     if not manifest["graphs"]:
         lines.append("    none: the wrapper runs un-graphed (see the record_skip reasons below)")
+    found = _file_digests(Path(path))
+    recorded = manifest["files"]
+    changed = sorted(n for n in recorded if n in found and found[n] != recorded[n])
+    removed = sorted(n for n in recorded if n not in found)
+    if changed or removed:
+        lines.append(
+            f"  files differ from what was exported ({_differences(changed, removed)}): "
+            f"load refuses this export"
+        )
+    else:
+        lines.append(f"  files: {len(recorded)}, each as exported (SHA-256)")
+    lines.append(f"  signed: {'yes' if 'signature' in manifest else 'no'}")
     with contextlib.suppress(ArtifactError):
         for module in wrapper_modules(path):
             lines.append(f"  run directly to time replays: python {module}")
     if source:
-        for index, wrapper in enumerate(manifest["wrappers"]):
-            lines += ["", f"# ---- wrapper source {index} ----", wrapper]
+        # What load runs: the wrapper files of an unpacked export (the manifest's copy for a
+        # binary one, whose artifact packs them).
+        unpacked = manifest["format"] == "unpacked"
+        wrappers = _wrapper_sources(Path(path) / FORMATS["unpacked"]) if unpacked else []
+        origin = "from the export's files" if wrappers else "the manifest's copy"
+        for index, wrapper in enumerate(wrappers or manifest["wrappers"]):
+            lines += ["", f"# ---- wrapper source {index} ({origin}) ----", wrapper]
     return "\n".join(lines)
 
 

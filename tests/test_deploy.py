@@ -429,3 +429,20 @@ def test_a_signed_export_with_an_edited_manifest_is_refused_before_anything_runs
     assert not marker.exists()
     load(copy)  # without a key only the digests are checked: they match, the code runs
     assert marker.exists()
+
+
+def test_inspect_shows_the_wrapper_that_will_run_and_whether_files_changed(exported, tmp_path):
+    assert "each as exported (SHA-256)" in describe(exported)
+
+    def edit(directory, manifest):
+        if manifest["format"] == "unpacked":
+            wrapper = wrapper_modules(directory)[0]
+            wrapper.write_text("# edited after export\n" + wrapper.read_text())
+        else:
+            (directory / "artifact.bin").write_bytes(b"garbage")
+
+    report = describe(edited_copy(exported, tmp_path, edit))
+    assert "files differ from what was exported (changed: artifact" in report
+    assert "load refuses this export" in report
+    if "unpacked" in report.splitlines()[0]:
+        assert "# edited after export" in report  # the files' source, not the manifest's

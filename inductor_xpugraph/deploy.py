@@ -148,11 +148,11 @@ def load(path: str | Path, *, key: bytes | str | None = None) -> Callable[..., A
     artifact = path / FORMATS[manifest["format"]]
     if not artifact.exists():
         raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
-    artifact = _verified_private_copy(path, manifest) / FORMATS[manifest["format"]]
+    private_artifact = _verified_private_copy(path, manifest) / artifact.name
     from torch._inductor import CompiledArtifact
 
     try:
-        return CompiledArtifact.load(path=str(artifact), format=manifest["format"])
+        return CompiledArtifact.load(path=str(private_artifact), format=manifest["format"])
     except Exception as error:
         raise ArtifactError(f"{artifact} could not be loaded (corrupt?): {error}") from error
 
@@ -199,26 +199,25 @@ def _verified_private_copy(path: Path, manifest: dict[str, Any]) -> Path:
     Kept for the life of the process (the loader may read kernels lazily)."""
     private = Path(tempfile.mkdtemp(prefix="inductor_xpugraph_load_"))
     atexit.register(shutil.rmtree, private, ignore_errors=True)
-    changed, removed = [], []
-    for name, digest in manifest["files"].items():
-        source, target = path / name, private / name
-        if not source.is_file():
-            removed.append(name)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = source.read_bytes()
-        if hashlib.sha256(data).hexdigest() != digest:
-            changed.append(name)
-        target.write_bytes(data)
-    if changed or removed:
+    for name in manifest["files"]:
+        if (path / name).is_file():
+            (private / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path / name, private / name)
+    difference = _file_differences(manifest["files"], _file_digests(private))
+    if difference is not None:
         raise ArtifactError(
-            f"{path} differs from what was exported ({_differences(changed, removed)}); "
-            f"nothing of it was loaded. Export it again."
+            f"{path} differs from what was exported ({difference}); nothing of it was "
+            f"loaded. Export it again."
         )
     return private
 
 
-def _differences(changed: list[str], removed: list[str]) -> str:
+def _file_differences(recorded: dict[str, str], found: dict[str, str]) -> str | None:
+    """Which recorded files are changed or missing in ``found`` (name -> SHA-256), or None."""
+    changed = sorted(name for name in recorded if name in found and found[name] != recorded[name])
+    removed = sorted(name for name in recorded if name not in found)
+    if not changed and not removed:
+        return None
     return "; ".join(
         f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
         for label, names in (("changed", changed), ("removed", removed))
@@ -255,7 +254,7 @@ _GRAPH_FIELDS = {
 
 
 def _manifest_fault(manifest: dict[str, Any]) -> str | None:
-    """What is wrong with a parsed manifest (version 1), or None."""
+    """What is wrong with a parsed manifest (of this MANIFEST_VERSION), or None."""
     for field, (kind, allowed) in _MANIFEST_FIELDS.items():
         if field not in manifest:
             return f"the field {field!r} is missing"
@@ -291,17 +290,13 @@ def describe(path: str | Path, *, source: bool = True) -> str:
         )
     if not manifest["graphs"]:
         lines.append("    none: the wrapper runs un-graphed (see the record_skip reasons below)")
-    found = _file_digests(Path(path))
-    recorded = manifest["files"]
-    changed = sorted(n for n in recorded if n in found and found[n] != recorded[n])
-    removed = sorted(n for n in recorded if n not in found)
-    if changed or removed:
+    difference = _file_differences(manifest["files"], _file_digests(Path(path)))
+    if difference is not None:
         lines.append(
-            f"  files differ from what was exported ({_differences(changed, removed)}): "
-            f"load refuses this export"
+            f"  files differ from what was exported ({difference}): load refuses this export"
         )
     else:
-        lines.append(f"  files: {len(recorded)}, each as exported (SHA-256)")
+        lines.append(f"  files: {len(manifest['files'])}, each as exported (SHA-256)")
     lines.append(f"  signed: {'yes' if 'signature' in manifest else 'no'}")
     with contextlib.suppress(ArtifactError):
         for module in wrapper_modules(path):

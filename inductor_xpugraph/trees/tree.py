@@ -82,7 +82,7 @@ from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
 from .node import GraphNode
-from .recording import InputBuffers, OutputBlock, Recording, hand_over
+from .recording import InputBuffers, OutputBlock, Recording, hand_over, referenced_blocks
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -223,17 +223,16 @@ class GraphTree:
         invalidate_tensor = tensor_invalidator()
         if invalidate_tensor is not None:
             for producer, refs in handed_out:
-                message = stale_message(self.device, producer.name, dropped_by_reset)
-                for ref in refs:
-                    output = ref()
-                    if output is not None:
+                held_outputs = [out for ref in refs if (out := ref()) is not None]
+                if held_outputs:
+                    message = stale_message(self.device, producer.name, dropped_by_reset)
+                    for output in held_outputs:
                         invalidate_tensor(output, message)
         held = {
             block: producer
             for producer, _ in handed_out
             if isinstance(producer, GraphNode)
-            for block in producer.recording.blocks
-            if not block.is_dead()
+            for block in referenced_blocks(producer.recording.blocks)
         }
         if not held:
             return

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 from torch._inductor import cudagraph_trees as upstream_trees
+from torch._inductor import cudagraph_utils
 
 import inductor_xpugraph
 from inductor_xpugraph.trees.tree import all_trees
@@ -43,20 +44,18 @@ class Counts:
     replays: int
 
 
-class _UpstreamProbe(logging.Handler):
-    """Counts upstream's recordings and replays and keeps its skip messages."""
+class _UpstreamProbe:
+    """Counts upstream's recordings and replays and keeps its skip messages.
+
+    The messages are taken from the logger calls themselves (``cudagraph_utils``' loggers:
+    ``cudagraphs_log`` on newer torch, ``perf_hint_log`` on older), whichever logging
+    artifacts are switched on."""
 
     def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
         self.records = 0
         self.replays = 0
         self.skips: list[str] = []
         self._patched: list[tuple[Any, str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if "skipping cudagraphs" in message:
-            self.skips.append(message)
 
     def install(self) -> None:
         node = upstream_trees.CUDAGraphNode
@@ -69,18 +68,32 @@ class _UpstreamProbe(logging.Handler):
 
             return wrapper
 
+        def keeping_skips(original: Callable) -> Callable:
+            def warning(message, *args, **kwargs):
+                text = str(message) % args if args else str(message)
+                if "skipping cudagraphs" in text:
+                    probe.skips.append(text)
+                return original(message, *args, **kwargs)
+
+            return warning
+
         for name, counter in (("__init__", "records"), ("run", "replays")):
             original = getattr(node, name)
             self._patched.append((node, name, original))
             setattr(node, name, counting(original, counter))
-        torch._logging.set_logs(perf_hints=True)
-        logging.getLogger("torch").addHandler(self)
+        for name in ("cudagraphs_log", "perf_hint_log"):
+            logger = getattr(cudagraph_utils, name, None)
+            if isinstance(logger, logging.Logger):
+                self._patched.append((logger, "warning", None))
+                logger.warning = keeping_skips(logger.warning)
 
     def uninstall(self) -> None:
-        for owner, name, original in self._patched:
-            setattr(owner, name, original)
-        logging.getLogger("torch").removeHandler(self)
-        torch._logging.set_logs()
+        for owner, name, original in reversed(self._patched):
+            if original is None:  # an instance attribute we added
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._patched.clear()
 
 
 @dataclasses.dataclass
@@ -107,7 +120,8 @@ class Impl:
         if self.ours:
             stats = inductor_xpugraph.stats()
             return Counts(stats["records"], stats["replays"])
-        return Counts(self._probe.records, self._probe.replays - self._probe.records)
+        # A recording's first run is CUDAGraphNode.run_first_inputs, never run().
+        return Counts(self._probe.records, self._probe.replays)
 
     def skip_messages(self) -> list[str]:
         """Why graphs were not captured, one message per reason."""

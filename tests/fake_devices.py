@@ -111,6 +111,7 @@ def generate_wrapper_source(
 class FakeDeviceProperties:
     """H100-like; these fields end up in the ``DeviceProperties(...)`` of every Triton kernel."""
 
+    name = "Fake H100 (inductor_xpugraph tests)"  # torch 2.15 reads it on "cuda"
     major = 9
     multi_processor_count = 132  # xpu reads it too, before its own gpu_subslice_count
     max_threads_per_multi_processor = 2048
@@ -159,7 +160,7 @@ def _install_codegen_patches() -> None:
     import torch._inductor.scheduler
     import torch.utils._triton
 
-    torch._inductor.scheduler.has_triton = lambda: True
+    torch._inductor.scheduler.has_triton = lambda *args, **kwargs: True  # 2.15: include_cpu
     torch.utils._triton.triton_hash_with_backend = lambda: "FAKE" * 16
     torch._inductor.fx_passes.joint_graph.lazy_init = lambda *args, **kwargs: None
 

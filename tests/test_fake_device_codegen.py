@@ -112,7 +112,6 @@ def partition_names(source: str) -> list[str]:
 def test_stock_xpu_wrapper_is_xpu_code_without_graph_trees():
     for partition in (False, True):
         source = wrapper_source("xpu", partition=partition, extension=False)
-        assert "with torch.xpu._DeviceGuard(0):" in source
         assert "empty_strided_xpu((8, 8), (8, 1), torch.float32)" in source
         assert "_graph_trees" not in source
 
@@ -149,7 +148,11 @@ def test_extension_wrapper_imports_the_graph_tree_runtime(device, partition):
 @pytest.mark.parametrize("partition", [False, True], ids=["call", "partitions"])
 def test_extension_wrapper_still_runs_its_kernels_on_the_device(device, partition):
     source = wrapper_source(device, partition=partition, extension=True)
-    assert f"with torch.{device}._DeviceGuard(0):" in source
+    stock = wrapper_source(device, partition=partition, extension=False)
+    # The device guard is Inductor's choice (torch 2.15 leaves it out for one device): ours
+    # keeps whatever the stock wrapper has.
+    guard = f"with torch.{device}._DeviceGuard(0):"
+    assert (guard in source) == (guard in stock)
     assert f"empty_strided_{device}((8, 8), (8, 1), torch.float32)" in source
     assert re.search(r"triton_poi_\w+\.run\(.*, stream=raw_stream0\)", source)
 
@@ -247,7 +250,8 @@ def test_private_torch_apis_used_by_fake_device_codegen_still_exist():
         "device",
         "device_interface",
     ]
-    assert parameters("torch._inductor.scheduler.has_triton") == []
+    # torch 2.15 added an optional include_cpu; the fake accepts any arguments.
+    assert parameters("torch._inductor.scheduler.has_triton") in ([], ["include_cpu"])
     assert parameters("torch.utils._triton.triton_hash_with_backend") == []
     assert parameters("torch._inductor.fx_passes.joint_graph.lazy_init")[:1] == ["input_device"]
     assert parameters("torch._inductor.compile_fx.compile_fx")[:2] == [

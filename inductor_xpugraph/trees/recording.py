@@ -75,12 +75,6 @@ class OutputBlock:
         invalidate(stale, message)
 
 
-def referenced_blocks(blocks: Sequence[OutputBlock]) -> list[OutputBlock]:
-    """The blocks something beyond the runtime references (``not block.is_dead()``, in one
-    pass: a training step checks every block of its forward and backward at each step)."""
-    return [block for block in blocks if _use_count(block.storage._cdata) != block.own_refs]
-
-
 def hand_over(blocks: Sequence[OutputBlock]) -> None:
     """The caller's tensors over these blocks keep their values, in copies outside the pool
     (one batched device copy); the graphs keep their memory."""

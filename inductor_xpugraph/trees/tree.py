@@ -82,7 +82,7 @@ from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
 from .node import GraphNode
-from .recording import InputBuffers, OutputBlock, Recording, hand_over, referenced_blocks
+from .recording import InputBuffers, OutputBlock, Recording, hand_over
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -232,7 +232,8 @@ class GraphTree:
             block: producer
             for producer, _ in handed_out
             if isinstance(producer, GraphNode)
-            for block in referenced_blocks(producer.recording.blocks)
+            for block in producer.recording.blocks
+            if not block.is_dead()
         }
         if not held:
             return

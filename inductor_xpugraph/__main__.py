@@ -1,5 +1,6 @@
 """``python -m inductor_xpugraph demo``: see graph trees work on this machine.
 ``python -m inductor_xpugraph inspect <export>``: what a precompiled export holds (``deploy``).
+``python -m inductor_xpugraph doctor``: whether this machine's stack is right (``doctor``).
 
 Picks xpu, else cuda, else the CPU emulator; compiles a small model with
 ``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, the runtime
@@ -113,6 +114,12 @@ def inspect_artifact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor() -> int:
+    from .doctor import main
+
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inductor_xpugraph")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     inspect_parser.add_argument("artifact", help="the export's directory")
     inspect_parser.add_argument("--no-source", action="store_true", help="omit wrapper source")
     inspect_parser.set_defaults(run=inspect_artifact)
+    doctor_parser = commands.add_parser(
+        "doctor", help="check torch, the device, Triton and the extension (exit 1 on FAIL)"
+    )
+    doctor_parser.set_defaults(run=lambda args: _doctor())
     args = parser.parse_args(argv)
     return args.run(args)
 

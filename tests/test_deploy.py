@@ -380,6 +380,29 @@ def test_an_export_edited_after_export_is_refused_before_anything_runs(exported,
     assert not marker.exists()
 
 
+def test_one_byte_of_a_cache_entry_changed_is_refused_before_anything_loads(exported, tmp_path):
+    if json.loads((exported / MANIFEST).read_text())["format"] != "unpacked":
+        pytest.skip("a binary export is one file (its flipped byte: the test above)")
+    edited = []
+
+    def flip_a_byte_of_a_cache_entry(directory, manifest):
+        entries = sorted(
+            path
+            for kind in ("aotautograd", "fxgraph")
+            for path in (directory / "artifact" / kind).rglob("*")
+            if path.is_file()
+        )
+        data = bytearray(entries[0].read_bytes())
+        data[len(data) // 2] ^= 0x01
+        entries[0].write_bytes(bytes(data))
+        edited.append(entries[0].relative_to(directory).as_posix())
+
+    copy = edited_copy(exported, tmp_path, flip_a_byte_of_a_cache_entry)
+    with pytest.raises(ArtifactError, match="differs from what was exported") as refused:
+        load(copy)
+    assert edited[0] in str(refused.value)
+
+
 KEY = "serving-key-0"
 
 

@@ -157,6 +157,10 @@ def check_stale_output_errors() -> Finding:
     )
 
 
+# Devices where stock reduce-overhead already records graph trees (upstream's).
+_DEVICES_WITH_UPSTREAM_TREES = frozenset({"cuda"})
+
+
 def check_registration(devices: list[str]) -> list[Finding]:
     from torch._inductor.codegen import common
 
@@ -166,14 +170,17 @@ def check_registration(devices: list[str]) -> list[Finding]:
     findings = []
     for device in devices:
         if device not in enabled_devices():
+            # On cuda, upstream's CUDA Graph Trees serve reduce-overhead: ours are opt-in there.
+            opt_in = device in _DEVICES_WITH_UPSTREAM_TREES
             findings.append(
                 Finding(
                     f"registration ({device})",
-                    Status.FAIL,
+                    Status.WARN if opt_in else Status.FAIL,
                     "inductor_xpugraph is not enabled for this device: reduce-overhead runs "
-                    "without our graphs",
+                    + ("upstream's graph trees" if opt_in else "without our graphs"),
                     f"call inductor_xpugraph.enable({device!r}) or set "
-                    f"INDUCTOR_XPUGRAPH_DEVICES={device} before importing the package",
+                    f"INDUCTOR_XPUGRAPH_DEVICES={device} before importing the package"
+                    + (" to use ours" if opt_in else ""),
                 )
             )
             continue

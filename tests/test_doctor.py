@@ -56,10 +56,28 @@ def test_torch_versions_are_checked_against_the_supported_range(version, status)
     assert version in finding.detail
 
 
-def test_a_device_without_the_extension_enabled_fails_with_what_to_do():
-    inductor_xpugraph.disable("cuda")
-    (finding,) = doctor.check_registration(["cuda"])
+def test_xpu_without_the_extension_enabled_fails_with_what_to_do():
+    was_enabled = "xpu" in inductor_xpugraph.enabled_devices()
+    inductor_xpugraph.disable("xpu")
+    try:
+        (finding,) = doctor.check_registration(["xpu"])
+    finally:
+        if was_enabled:
+            inductor_xpugraph.enable("xpu")
     assert finding.status is Status.FAIL
+    assert "inductor_xpugraph.enable('xpu')" in finding.advice
+
+
+def test_cuda_without_the_extension_enabled_warns_that_upstream_trees_serve_it():
+    was_enabled = "cuda" in inductor_xpugraph.enabled_devices()
+    inductor_xpugraph.disable("cuda")
+    try:
+        (finding,) = doctor.check_registration(["cuda"])
+    finally:
+        if was_enabled:
+            inductor_xpugraph.enable("cuda")
+    assert finding.status is Status.WARN
+    assert "upstream's graph trees" in finding.detail
     assert "inductor_xpugraph.enable('cuda')" in finding.advice
 
 

@@ -119,7 +119,7 @@ class GraphedCallable:
         ):
             outputs = node.recording.replay(args)
             tree.current = node
-            tree.hand_out(node, outputs)
+            tree.replayed_nodes.append(node)
             self._after_run(tree)
             stats.counters["replays"] += 1
             return outputs
@@ -170,7 +170,7 @@ class GraphedCallable:
         """
         input_ids = {id(arg) for arg in args}
         outputs = tree.backend.warmup(self.fn, args)
-        tree.hand_out(self, [out for out in outputs if id(out) not in input_ids])
+        tree.hand_out_eager(self, [out for out in outputs if id(out) not in input_ids])
         return outputs
 
     def _accept_new_size(self) -> bool:
@@ -200,7 +200,7 @@ class GraphedCallable:
             return self._run_eagerly(tree, args)
         outputs = node.recording.replay(args)
         tree.current = node
-        tree.hand_out(node, outputs)
+        tree.replayed_nodes.append(node)
         stats.counters["replays"] += 1
         return outputs
 
@@ -298,6 +298,9 @@ class GraphedCallable:
             captured_outputs=captured_outputs,
             path_blocks=path_blocks,
             consumed_inputs=consumed,
+            # Gradients: autograd makes one a parameter's .grad without a copy only when
+            # nothing else (such as a kept output object) references it.
+            reuse_output_objects=self.phase != "backward",
         )
         del captured_outputs, capture_args
         node = tree.add_node(self.id, self.name, self.phase, key, recording)
@@ -305,7 +308,7 @@ class GraphedCallable:
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(first_replay_args)
         tree.enter(node)
-        tree.hand_out(node, outputs)
+        tree.replayed_nodes.append(node)
         return outputs
 
 

@@ -7,17 +7,32 @@ replay is then: compare static-input addresses, one batched copy of the other in
 graph launch, and one cheap tensor per output aliasing the graph's memory.
 
 Output memory: each storage the capture allocated for the outputs is an ``OutputBlock``.
-Like upstream's trees, every replay hands out fresh tensor objects over the same memory and
-the next replay overwrites their contents. All tensors over a block share one storage object
-(``OutputBlock.storage``), whatever made them: this recording's aliases, the outputs handed
-to the caller, the caller's views of them, ``.data``, ``detach()``, the ``.grad`` autograd
-stole from a gradient, a later recording's output in the same memory. That is what lets the
-tree see, with one reference count, whether the caller still uses a block, and act on every
-tensor over it at once (``OutputBlock.retire_stale``, ``hand_over``).
+Every replay hands out tensors over the same memory, and the next replay overwrites their
+contents. All tensors over a block share one storage object (``OutputBlock.storage``),
+whatever made them: this recording's aliases, the outputs handed to the caller, the caller's
+views of them, ``.data``, ``detach()``, the ``.grad`` autograd stole from a gradient, a later
+recording's output in the same memory. That is what lets the tree see, with one reference
+count, whether the caller still uses a block, and act on every tensor over it at once
+(``OutputBlock.retire_stale``, ``hand_over``).
+
+Output objects: a replay of a forward or inference graph hands out the *same* tensor object
+as the replay before at each position (as upstream's trees do; building them costs more
+than the rest of the replay for a training step's ~100 forward outputs), unless someone else
+still holds that object: a Python reference (the caller kept it), or a C++ one (autograd
+saved it, a view's base, a parameter's ``.grad``). Such an object leaves with its holder,
+and the position gets a new one; so does one with autograd history (hooks a caller
+attached must not carry over). A held object is therefore never handed out again, and the
+tree's stale-output rules apply to it as to any output. Each position's object is always
+one of the recording's own references to its block (counted in ``own_refs``), so a block
+is dead when its storage has no other reference *and* no object of a recording over it is
+held (``OutputBlock.is_dead``). A backward graph's outputs are gradients, which autograd
+keeps as a parameter's ``.grad`` without a copy only when nothing else references them:
+its replays hand out new objects and keep none.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +73,13 @@ class OutputBlock:
 
     def is_dead(self) -> bool:
         """True when nothing but the runtime references this memory."""
+        return self.storage_unreferenced() and not any(
+            recording.holds_output_in(self) for recording in self.aliased_by
+        )
+
+    def storage_unreferenced(self) -> bool:
+        """True when no tensor but the runtime's own points at this memory (the output
+        objects the recordings hand out are their own: see ``Recording.held_positions``)."""
         return _use_count(self.storage._cdata) == self.own_refs
 
     def new_unowned_storage(self) -> torch.UntypedStorage:
@@ -93,12 +115,15 @@ class Recording:
         captured_outputs: Any,
         path_blocks: Mapping[int, OutputBlock] | None = None,
         consumed_inputs: frozenset[int] = frozenset(),
+        reuse_output_objects: bool = True,
     ) -> None:
         """``static_inputs``: (input index, address, storage address) at capture of every
         tensor input that is not copied: parameters and buffers, and outputs of earlier
         graphs on the tree path, whose blocks ``path_blocks`` holds by address.
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
-        last use; what lies there now is the capture's own allocation."""
+        last use; what lies there now is the capture's own allocation.
+        ``reuse_output_objects``: whether replays hand out the objects of the replay before
+        (see the module docstring); not for gradients."""
         self.graph = graph
         self.static_input_ptrs = tuple((i, ptr) for i, ptr, _ in static_inputs)
         # The same, as torch's C++ check wants them (a model has hundreds of parameters).
@@ -121,37 +146,64 @@ class Recording:
         self._layouts, self._constants, self.blocks = _output_layouts(
             outputs, input_storages, path_blocks or {}
         )
-        # Every block this recording builds aliases over, with how many: its references.
-        self._alias_counts: dict[OutputBlock, int] = {}
-        for layout in self._layouts:
-            if layout is not None:
-                self._alias_counts[layout[0]] = self._alias_counts.get(layout[0], 0) + 1
-        for block, count in self._alias_counts.items():
+        self._reuses_outputs = reuse_output_objects
+        # Output positions over each block this recording builds tensors over. Each position
+        # holds its alias over the block, and the object it hands out when reused.
+        positions = tuple(i for i, layout in enumerate(self._layouts) if layout is not None)
+        self._reused_positions = positions if reuse_output_objects else ()
+        self._positions_in: dict[OutputBlock, tuple[int, ...]] = {}
+        for i in positions:
+            block = self._layouts[i][0]
+            self._positions_in[block] = (*self._positions_in.get(block, ()), i)
+        self._refs_per_position = 2 if reuse_output_objects else 1
+        for block, in_block in self._positions_in.items():
             block.aliased_by.append(self)
-            block.own_refs += count
+            block.own_refs += self._refs_per_position * len(in_block)
         self.rebuild_aliases()
 
     def rebuild_aliases(self) -> None:
-        """Build what each replay's outputs are made from over the blocks' current storages,
-        and specialise the builder once."""
+        """Build each position's alias and output object over its block's current storage."""
         self._output_aliases = [
             tensor_over(layout[0].storage, *layout[1:]) if layout is not None else constant
             for layout, constant in zip(self._layouts, self._constants)
         ]
-        self._output_factories = [_output_factory(out) for out in self._output_aliases]
-        self._build_outputs = _outputs_builder(self._output_factories, self._output_is_tuple)
+        self._output_objects = self.outputs() if self._reuses_outputs else []
 
     def release(self) -> None:
-        """This recording is dropped: its aliases no longer count as the runtime's
+        """This recording is dropped: its tensors no longer count as the runtime's
         references to any block (earlier graphs' blocks live on), and the reference cycles
         between it and the blocks are broken, so that its graph is destroyed now."""
-        for block, count in self._alias_counts.items():
+        for block, in_block in self._positions_in.items():
             block.aliased_by.remove(self)
-            block.own_refs -= count
-        self._alias_counts = {}
+            block.own_refs -= self._refs_per_position * len(in_block)
+        self._positions_in = {}
+        self._reused_positions = ()
         self._output_aliases = []
-        self._output_factories = []
-        self._build_outputs = _released
+        self._output_objects = []
+        self.replay = _released
+
+    # -- output objects (see the module docstring) -------------------------------------------
+
+    def held_positions(self) -> list[int]:
+        """Positions whose reused output object someone other than this recording holds."""
+        return _held_positions(self._output_objects, self._reused_positions)
+
+    def holds_output_in(self, block: OutputBlock) -> bool:
+        """Whether someone holds a reused output object this recording built over ``block``."""
+        return self._reuses_outputs and bool(
+            _held_positions(self._output_objects, self._positions_in[block])
+        )
+
+    def output_object(self, position: int) -> torch.Tensor:
+        return self._output_objects[position]
+
+    def blocks_at(self, positions: Sequence[int]) -> set[OutputBlock]:
+        return {self._layouts[i][0] for i in positions}
+
+    def renew_outputs(self, positions: Sequence[int]) -> None:
+        """Give these positions new output objects (their held ones leave with the holder)."""
+        for i in positions:
+            self._output_objects[i] = self._output_aliases[i].detach()
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         """True when every non-copied input still has its address at capture."""
@@ -166,11 +218,21 @@ class Recording:
         self._copy_inputs(args)
         args.clear()
         self.graph.replay()
-        return self._build_outputs()
+        if not self._reuses_outputs:
+            outputs = self.outputs()
+            return tuple(outputs) if self._output_is_tuple else outputs
+        objects = self._output_objects
+        for i in _held_positions(objects, self._reused_positions, with_history=True):
+            objects[i] = self._output_aliases[i].detach()
+        return tuple(objects) if self._output_is_tuple else list(objects)
 
-    def outputs(self) -> Any:
-        """New tensor objects over the output memory (see ``_outputs_builder``)."""
-        return self._build_outputs()
+    def outputs(self) -> list[Any]:
+        """New tensor objects over the output memory (~0.4 µs each: ``detach()`` of the
+        aliases, against ~2.6 µs for ``empty(0).set_(storage, ...)``)."""
+        return [
+            alias.detach() if layout is not None else alias
+            for layout, alias in zip(self._layouts, self._output_aliases)
+        ]
 
 
 def _output_layouts(
@@ -245,19 +307,54 @@ class InputBuffers:
             args[i] = buffer
 
 
-def _output_factory(alias: Any) -> Callable[[], Any]:
-    """A function returning a new object equal to ``alias`` for each replay."""
-    if not isinstance(alias, torch.Tensor):
-        return lambda: alias  # None, ints (sizes) and other constants of this recording
-    # ~0.4 µs per output, against ~2.6 µs for empty(0).set_(storage, ...). Each replay's
-    # outputs are distinct objects, so autograd metadata attached to one never leaks into
-    # another.
-    return alias.detach
+def _held_positions(
+    objects: list[Any], positions: Sequence[int], with_history: bool = False
+) -> list[int]:
+    """The positions whose object someone besides ``objects`` holds: a Python reference or
+    a C++ one (a use count above one); ``with_history``: or that has autograd history
+    (``requires_grad``), which is never handed out again either, so that hooks and
+    ``retain_grad()`` a caller attached never carry over to a later step.
+    ``_OWN_REFS`` is what ``sys.getrefcount`` reads here for an object that only ``objects``
+    holds, measured once at import on this very function."""
+    held = []
+    for i in positions:
+        obj = objects[i]
+        if (
+            getrefcount(obj) > _OWN_REFS
+            or obj._use_count() > 1
+            or (with_history and obj.requires_grad)
+        ):
+            held.append(i)
+    return held
 
 
-# The two per-replay steps are specialised once, at record time, for what the graph has:
-# most graphs have zero or one copied input and one output, and a replay of ``x + 1`` is
-# dominated by this Python (measured by benchmarks/replay_path.py).
+getrefcount = sys.getrefcount
+_OWN_REFS = 0  # until measured: every object counts as held, none is handed out twice
+
+
+def _measure_own_refs() -> int:
+    """The reference count ``_held_positions`` reads for an object only its list holds (it
+    depends on the interpreter): the smallest at which a probe nobody holds is free, checked
+    to see the probe as held once a variable holds it too. 0 (never hand an object out
+    twice) if that check fails, which costs speed only."""
+    global _OWN_REFS
+    objects = [torch.empty(1)]
+    for refs in range(1, 8):
+        _OWN_REFS = refs
+        if not _held_positions(objects, (0,)):
+            holder = objects[0]
+            seen_as_held = _held_positions(objects, (0,)) == [0]
+            del holder
+            return refs if seen_as_held else 0
+    return 0
+
+
+_OWN_REFS = _measure_own_refs()
+
+
+# The per-replay input copy is specialised once, at record time, for what the graph has:
+# most graphs have zero or one copied input, and a replay of ``x + 1`` is dominated by this
+# Python (measured by benchmarks/replay_path.py).
 
 
 def _input_copier(
@@ -285,19 +382,8 @@ def _no_inputs_to_copy(args: Sequence[Any]) -> None:
     pass
 
 
-def _released() -> Any:
+def _released(args: list[Any]) -> Any:
     raise RuntimeError("inductor_xpugraph internal error: replay of a dropped recording")
-
-
-def _outputs_builder(
-    factories: list[Callable[[], Any]], as_tuple: bool
-) -> Callable[[], tuple[Any, ...] | list[Any]]:
-    if as_tuple and len(factories) == 1:
-        (make,) = factories
-        return lambda: (make(),)
-    if as_tuple:
-        return lambda: tuple([make() for make in factories])
-    return lambda: [make() for make in factories]
 
 
 def writable_view(t: torch.Tensor) -> torch.Tensor:

@@ -40,13 +40,17 @@ output object itself, a view, ``.data``, ``detach()``, a tensor an autograd.Func
 optimizer state built from it, or the ``.grad`` that autograd *stole* from a gradient (when a
 parameter's ``.grad`` is None, ``AccumulateGrad`` keeps the incoming gradient itself, without
 a copy). All of them share one storage object per block of memory (``OutputBlock``), so one
-reference count tells whether the caller still uses a block. ``retire_handed_out``:
+reference count, and the reference counts of the output objects the recordings hand out
+again while nobody holds them (``recording``), tell whether the caller still uses a block.
+``retire_handed_out``:
 
 1. makes each output object of a forward or inference graph (or warmup run) that the caller
-   still holds raise the stale-output error. This drops its reference to the memory: the
-   usual ``out = f(x)`` loop ends here, at the cost of one call per held output;
+   still holds raise the stale-output error, and gives its position a new object. This drops
+   its reference to the memory: the usual ``out = f(x)`` loop ends here, at the cost of one
+   call per held output;
 2. retires every block handed out in the generation that is still referenced some other
-   way. Its storage object leaves with the caller's tensors and the graph continues with a
+   way, or whose output object the caller holds (a gradient, which step 1 keeps). Its
+   storage object leaves with the caller's tensors and the graph continues with a
    new one over the same memory (``OutputBlock.retire_stale``, ``recording.hand_over``; each
    recording with outputs over retired blocks rebuilds them once):
    - a block of a **backward** graph holds gradients: it is *handed over*, its storage
@@ -124,9 +128,11 @@ class GraphTree:
         # Generations started on this tree: a clock for how often things happen per step.
         self.generations_started = 0
         self.pending_backward = False
-        # Outputs handed out since the generation started, as (producer, weak references)
-        # pairs; the producer (a node, or the callable for warmup runs) has .name and .phase.
-        self.handed_out: list[tuple[Any, Any]] = []
+        # What handed outputs out since the generation started: nodes that ran (their output
+        # objects are their recordings'), and un-graphed runs, as (callable, weak references
+        # to its outputs) pairs.
+        self.replayed_nodes: list[GraphNode] = []
+        self.eager_outputs: list[tuple[Any, list[weakref.ref]]] = []
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
         self._pool: Any = None
@@ -187,20 +193,17 @@ class GraphTree:
         self.generation = current_generation()
         self.generations_started += 1
 
-    def hand_out(self, producer: Any, outputs: Any) -> None:
-        """Note what ``producer`` (a node, or the callable for un-graphed runs) gave the
-        caller in this generation, to retire it when the generation ends.
+    def hand_out_eager(self, producer: Any, outputs: Any) -> None:
+        """Note what an un-graphed run of ``producer`` (a callable) gave the caller in this
+        generation, to retire it when the generation ends (nodes that ran are noted in
+        ``replayed_nodes``).
 
         Output objects are held weakly: one the caller drops is freed as it would be without
-        graphs, and counts as dead (``memory``). Gradients are never made stale, so the
-        objects of backward outputs are not noted.
+        graphs. Gradients are never made stale, so backward outputs are not noted.
         """
-        refs = (
-            ()
-            if producer.phase == "backward"
-            else [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
-        )
-        self.handed_out.append((producer, refs))
+        if producer.phase != "backward":
+            refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
+            self.eager_outputs.append((producer, refs))
 
     def leave_for_this_generation(self, node: GraphNode) -> None:
         """The rest of this generation runs un-graphed: ``node`` may not replay because an
@@ -217,23 +220,37 @@ class GraphTree:
 
     def retire_handed_out(self, dropped_by_reset: bool = False) -> None:
         """The generation ends: see Note [Retiring held outputs]."""
-        handed_out, self.handed_out = self.handed_out, []
-        if not handed_out:
-            return
+        nodes = dict.fromkeys(self.replayed_nodes)  # in order, each once
+        eager_outputs, self.replayed_nodes, self.eager_outputs = self.eager_outputs, [], []
         invalidate_tensor = tensor_invalidator()
+        # 1. Output objects the caller holds: those of forward and inference graphs raise
+        #    from now on (and their positions get new objects); gradients are kept, below.
         if invalidate_tensor is not None:
-            for producer, refs in handed_out:
+            for producer, refs in eager_outputs:
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
                 if held_outputs:
                     message = stale_message(self.device, producer.name, dropped_by_reset)
                     for output in held_outputs:
                         invalidate_tensor(output, message)
+        held_by_objects: set[OutputBlock] = set()
+        for node in nodes:
+            recording = node.recording
+            positions = recording.held_positions()
+            if not positions:
+                continue
+            if node.phase == "backward" or invalidate_tensor is None:
+                held_by_objects |= recording.blocks_at(positions)
+                continue
+            message = stale_message(self.device, node.name, dropped_by_reset)
+            for i in positions:
+                invalidate_tensor(recording.output_object(i), message)
+            recording.renew_outputs(positions)
+        # 2. Memory still referenced otherwise (views, .data, saved tensors, gradients).
         held = {
-            block: producer
-            for producer, _ in handed_out
-            if isinstance(producer, GraphNode)
-            for block in producer.recording.blocks
-            if not block.is_dead()
+            block: node
+            for node in nodes
+            for block in node.recording.blocks
+            if block in held_by_objects or not block.storage_unreferenced()
         }
         if not held:
             return
@@ -392,7 +409,6 @@ class GraphTree:
             self.root.other_variants.clear()
             _unlink(nodes)
             self.current = self.root
-            self.handed_out = []
             self.pending_backward = False
             self.generation = None
             self.forgotten_callables = []

@@ -11,6 +11,9 @@ Public API:
   import (default: "xpu"; an empty value enables nothing).
 - ``stats()``: counters (warmups, records, replays, rerecords, fallbacks, skips and their
   reasons, pool bytes). ``reset()``: drop every graph and pool, zero the counters.
+- ``report()``: every tree, callable and event (skips, fallbacks, re-records) with the
+  user's source lines, as data, text (``print(report())``) or a picture
+  (``report("tree.png")``); ``INDUCTOR_XPUGRAPH_REPORT=1`` prints it at exit.
 - ``mark_step_begin()``: the next graphed call starts a new iteration (generation);
   ``torch.compiler.cudagraph_mark_step_begin()`` does the same.
 - ``config``: a torch ConfigModule, part of Inductor's cache key.
@@ -23,6 +26,7 @@ import os
 from . import config
 from ._version import __version__
 from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
+from .report import report, report_at_exit_if_asked
 from .trees import mark_step_begin, reset
 from .trees import snapshot as stats
 
@@ -40,6 +44,7 @@ def _enable_from_environment() -> None:
 
 
 _enable_from_environment()
+report_at_exit_if_asked()
 
 __all__ = [
     "__version__",
@@ -48,6 +53,7 @@ __all__ = [
     "enable",
     "enabled_devices",
     "mark_step_begin",
+    "report",
     "reset",
     "stats",
 ]

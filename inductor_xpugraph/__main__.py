@@ -83,7 +83,36 @@ def demo(args: argparse.Namespace) -> int:
         print(f"    {name:<45} {seconds * 1e6:9.1f} µs")
     if device == "cpu":
         print("    (emulated: graphs re-run on the host, so no speed-up is expected)")
+
+    inductor_xpugraph.reset()
+    torch._dynamo.reset()
+    train_with_a_graph_break(device)
+    print("\nA training loop with a graph break and two batch sizes (inductor_xpugraph.report()):")
+    print(inductor_xpugraph.report(args.picture))
+    if args.picture:
+        print(f"(drawn into {args.picture})")
     return 0
+
+
+def train_with_a_graph_break(device: str, steps_per_size: int = 4) -> None:
+    """Forward and backward graphs on each side of a graph break, for two batch sizes."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 1)
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def loss_of(x):
+        hidden = model[1](model[0](x))
+        torch._dynamo.graph_break()  # e.g. a print or a data-dependent branch
+        return model[2](hidden).square().mean()
+
+    compiled = torch.compile(loss_of, mode="reduce-overhead")
+    for batch in (8, 16):
+        for _ in range(steps_per_size):
+            compiled(torch.randn(batch, 32, device=device)).backward()
+            opt.step()
+            opt.zero_grad()
 
 
 def time_per_call(fn, x, device: str, calls: int = 50, repeats: int = 7) -> float:
@@ -114,6 +143,19 @@ def inspect_artifact(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_and_report(args: argparse.Namespace) -> int:
+    import runpy
+
+    import inductor_xpugraph
+
+    sys.argv = [args.script, *args.script_args]
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    finally:
+        print(inductor_xpugraph.report(args.picture), file=sys.stderr)
+    return 0
+
+
 def _doctor() -> int:
     from .doctor import main
 
@@ -126,7 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     demo_parser = commands.add_parser("demo", help="compile a small model and show the graphs")
     demo_parser.add_argument("--device", choices=("xpu", "cuda", "cpu"), default=None)
     demo_parser.add_argument("--layers", type=int, default=16)
+    demo_parser.add_argument("--picture", default=None, help="draw the report (.png, .svg)")
     demo_parser.set_defaults(run=demo)
+    report_parser = commands.add_parser(
+        "report", help="run a Python script, then print (and draw) its graph-tree report"
+    )
+    report_parser.add_argument("--picture", default=None, help="draw it (.png, .svg, .pdf)")
+    report_parser.add_argument("script")
+    report_parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    report_parser.set_defaults(run=run_and_report)
     inspect_parser = commands.add_parser(
         "inspect", help="print what an export (inductor_xpugraph.deploy.export) holds"
     )

@@ -10,6 +10,8 @@ a ``GraphPlan``: one ``GraphTarget`` per callable to wrap (``call``, or each
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from collections.abc import Sequence
 
 import torch
@@ -33,6 +35,9 @@ class GraphPlan:
     phase: str  # "inference" | "forward" | "backward"
     targets: tuple[GraphTarget, ...]
     skip_reason: str | None  # why nothing is captured, or None
+    # The user's source line the graph comes from (of the op that prevents capture, when one
+    # does), as ``path:line in function``; None when Inductor kept no stack trace.
+    source: str | None = None
 
 
 def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
@@ -47,16 +52,19 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
     # those are what we capture. The CPU has no partitions: its whole `call` is captured.
     partitioned = inductor_config.graph_partition and device_type != "cpu"
 
-    reason = _whole_graph_skip_reason(device_type, partitioned)
+    reason, culprit = _whole_graph_skip_reason(device_type, partitioned)
+    source = (culprit is not None and user_source(culprit.meta.get("stack_trace"))) or (
+        graph_source()
+    )
     if reason is None and partitioned and not partition_names:
         reason = "no device kernels to capture (no graph partitions)"
     if reason is not None:
-        return GraphPlan(device, phase, (), reason)
+        return GraphPlan(device, phase, (), reason, source)
 
     is_tensor = [isinstance(x, torch.Tensor) for x in graph.example_inputs]
     if not partitioned:
         target = _target("call", is_tensor, graph.mutated_input_idxs, static)
-        return GraphPlan(device, phase, (target,), None)
+        return GraphPlan(device, phase, (target,), None, source)
 
     targets = []
     for name, partition_map in zip(partition_names, graph.partition_maps):
@@ -69,7 +77,7 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
             i for i, g in enumerate(mapping) if g is not None and g in graph.mutated_input_idxs
         ]
         targets.append(_target(name, partition_is_tensor, partition_mutated, partition_static))
-    return GraphPlan(device, phase, tuple(targets), None)
+    return GraphPlan(device, phase, tuple(targets), None, source)
 
 
 def static_input_indices() -> tuple[int, ...]:
@@ -92,35 +100,64 @@ def _phase() -> str:
     return "backward" if V.graph.is_backward else "forward"
 
 
-def _whole_graph_skip_reason(device_type: str, partitioned: bool) -> str | None:
+def _whole_graph_skip_reason(
+    device_type: str, partitioned: bool
+) -> tuple[str | None, torch.fx.Node | None]:
+    """Why nothing of the graph can be captured, and the node responsible when one is."""
     graph = V.graph
     if graph.disable_cudagraphs_reason:
-        return graph.disable_cudagraphs_reason
+        return graph.disable_cudagraphs_reason, None
     devices = set(graph.device_types) - {"meta"}
     if partitioned:
         devices.discard("cpu")  # CPU ops run between the captured partitions
     if devices != {device_type}:
-        return f"the graph uses devices {sorted(devices)}, not only {device_type}"
+        return f"the graph uses devices {sorted(devices)}, not only {device_type}", None
     if len(graph.device_idxs) > 1:
-        return f"the graph uses several {device_type} devices {sorted(graph.device_idxs)}"
+        return f"the graph uses several {device_type} devices {sorted(graph.device_idxs)}", None
     if inductor_config.triton.cudagraph_skip_dynamic_graphs and any(
         isinstance(x, torch.SymInt) for x in graph.example_inputs
     ):
         return (
             "graph with symbolic shapes inputs "
             "(torch._inductor.config.triton.cudagraph_skip_dynamic_graphs=True)"
-        )
+        ), None
     bad_inputs = [
         i for i, x in enumerate(graph.example_inputs) if not isinstance(x, _ACCEPTED_INPUT_TYPES)
     ]
     if bad_inputs:
-        return f"inputs {bad_inputs} are neither tensors nor sizes"
+        return f"inputs {bad_inputs} are neither tensors nor sizes", None
     if not partitioned:
         from torch._inductor.utils import get_first_incompatible_cudagraph_node
 
         node = get_first_incompatible_cudagraph_node(graph.module)
         if node is not None:
-            return f"op {node.target} cannot be captured (node {node.name})"
+            return f"op {node.target} cannot be captured (node {node.name})", node
+    return None, None
+
+
+# One frame of an FX node's ``stack_trace``: 'File "x.py", line 12, in f\n    code'.
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)')
+
+
+def user_source(stack_trace: str | None) -> str | None:
+    """The innermost frame of a stack trace Dynamo recorded, as ``path:line in function``
+    (the path relative to the working directory when it lies below it)."""
+    frames = _FRAME.findall(stack_trace or "")
+    if not frames:
+        return None
+    path, line, function = frames[-1]
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+    if not relative.startswith(".."):
+        path = relative
+    return f"{path}:{line} in {function.strip()}"
+
+
+def graph_source() -> str | None:
+    """Where the graph being generated starts in the user's code: its first op's line."""
+    for node in V.graph.module.graph.nodes:
+        source = user_source(node.meta.get("stack_trace"))
+        if source is not None:
+            return source
     return None
 
 

@@ -29,6 +29,7 @@ def graphify(
     mutated_inputs: Sequence[int] = (),
     phase: str = "inference",
     name: str | None = None,
+    source: str | None = None,
 ) -> GraphedCallable:
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
@@ -39,11 +40,12 @@ def graphify(
         mutated_inputs=mutated_inputs,
         phase=phase,
         name=name or getattr(fn, "__qualname__", repr(fn)),
+        source=source,
     )
 
 
-def record_skip(reason: str) -> None:
-    stats.record_skip(reason)
+def record_skip(reason: str, graph: str | None = None, source: str | None = None) -> None:
+    stats.record_skip(reason, graph=graph, source=source)
 
 
 def mark_step_begin() -> None:

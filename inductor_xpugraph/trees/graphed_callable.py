@@ -30,6 +30,7 @@ callable: a capture is never nested inside another.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -68,6 +69,7 @@ class GraphedCallable:
         mutated_inputs: Sequence[int],
         phase: str,
         name: str,
+        source: str | None = None,
     ) -> None:
         self.fn = fn
         self.device = device
@@ -76,6 +78,7 @@ class GraphedCallable:
         self.mutated_inputs = tuple(mutated_inputs)
         self.phase = phase
         self.name = name
+        self.source = source  # the user's source line of the graph, when Inductor kept it
         self._after_run = {
             "forward": _set_pending_backward,
             "backward": _clear_pending_backward,
@@ -121,6 +124,7 @@ class GraphedCallable:
             tree.current = node
             tree.replayed_nodes.append(node)
             self._after_run(tree)
+            node.replays += 1
             stats.counters["replays"] += 1
             return outputs
         with tree.lock:
@@ -179,8 +183,10 @@ class GraphedCallable:
             return True
         if config.skip_dynamic_graphs:
             stats.record_skip(
-                f"{self.name}: more than {config.dynamic_shape_warn_limit} distinct sizes "
-                f"and config.skip_dynamic_graphs=True; new sizes run un-graphed"
+                f"more than {config.dynamic_shape_warn_limit} distinct sizes and "
+                f"config.skip_dynamic_graphs=True; new sizes run un-graphed",
+                self.name,
+                self.source,
             )
             return False
         if sizes_seen == config.dynamic_shape_warn_limit:
@@ -201,6 +207,7 @@ class GraphedCallable:
         outputs = node.recording.replay(args)
         tree.current = node
         tree.replayed_nodes.append(node)
+        node.replays += 1
         stats.counters["replays"] += 1
         return outputs
 
@@ -221,10 +228,11 @@ class GraphedCallable:
             ):
                 return self._fall_back_for_moving_inputs(moved, recent[-1] - recent[0] + 1, args)
         stats.counters["rerecords"] += 1
-        log.debug(
-            "inductor_xpugraph: %s: argument(s) %s have new addresses; recording a variant",
+        stats.record_event(
+            stats.EventKind.RERECORD,
+            f"argument(s) {moved} have new addresses; recording a variant",
             self.name,
-            moved,
+            self.source,
         )
         if len(variants) >= config.static_input_variants:
             tree.drop_node(variants[-1])  # the least recently used
@@ -234,18 +242,16 @@ class GraphedCallable:
         self.fallen_back = True
         _forget_callable(self.id)
         stats.counters["fallbacks"] += 1
-        log.warning(
-            "inductor_xpugraph: %s met %d new sets of addresses of its static inputs "
-            "(parameters, buffers, graph-produced or static-address inputs) within %d "
-            "generations (now argument(s) %s moved); running it un-graphed from now "
-            "on (limits: inductor_xpugraph.config.rerecord_limit=%d new sets within "
-            "rerecord_window=%d generations)",
+        stats.record_event(
+            stats.EventKind.FALLBACK,
+            f"met {config.rerecord_limit + 1} new sets of addresses of its static inputs "
+            f"(parameters, buffers, graph-produced or static-address inputs) within "
+            f"{generations} generations (now argument(s) {moved} moved); running it "
+            f"un-graphed from now on (limits: inductor_xpugraph.config.rerecord_limit="
+            f"{config.rerecord_limit} new sets within rerecord_window="
+            f"{config.rerecord_window} generations)",
             self.name,
-            config.rerecord_limit + 1,
-            generations,
-            moved,
-            config.rerecord_limit,
-            config.rerecord_window,
+            self.source,
         )
         return self.fn(args)
 
@@ -261,8 +267,10 @@ class GraphedCallable:
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
             stats.record_skip(
-                f"{self.name} mutates input(s) {unsafe}, which are neither static (parameters, "
-                f"buffers) nor outputs of an earlier graph: this call runs un-graphed"
+                f"mutates input(s) {unsafe}, which are neither static (parameters, buffers) "
+                f"nor outputs of an earlier graph: this call runs un-graphed",
+                self.name,
+                self.source,
             )
             return self.fn(args)
         if not tree.can_capture_here():
@@ -286,8 +294,10 @@ class GraphedCallable:
             self.fallen_back = True
             first_line = (str(error).splitlines() or [""])[0][:200]
             stats.record_skip(
-                f"{self.name}: its capture raised {type(error).__name__}: {first_line}; it "
-                f"runs un-graphed from its next call on"
+                f"its capture raised {type(error).__name__}: {first_line}; it runs "
+                f"un-graphed from its next call on",
+                self.name,
+                self.source,
             )
             raise
         recording = Recording(
@@ -303,13 +313,34 @@ class GraphedCallable:
             reuse_output_objects=self.phase != "backward",
         )
         del captured_outputs, capture_args
-        node = tree.add_node(self.id, self.name, self.phase, key, recording)
+        node = tree.add_node(self.id, self.name, self.phase, key, recording, self.source)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
+        _trace_recording(tree, node)
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(first_replay_args)
         tree.enter(node)
         tree.replayed_nodes.append(node)
         return outputs
+
+
+def _trace_recording(tree: GraphTree, node: GraphNode) -> None:
+    """A ``torch._logging`` structured-trace entry per recorded graph (``TORCH_TRACE``), so
+    that tlparse shows our graphs beside Inductor's output."""
+    torch._logging.trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": "inductor_xpugraph_recording", "encoding": "json"},
+        payload_fn=lambda: json.dumps(
+            {
+                "graph": node.name,
+                "phase": node.phase,
+                "device": tree.device,
+                "sizes": list(node.sizes),
+                "parent": node.parent.name if node.parent is not None else None,
+                "output_bytes": sum(block.nbytes for block in node.recording.blocks),
+                "source": node.source,
+            }
+        ),
+    )
 
 
 def _forget_callable(callable_id: int) -> None:

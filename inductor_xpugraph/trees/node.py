@@ -45,6 +45,9 @@ class GraphNode:
         "seq",
         "reused_outputs",
         "consumed_inputs",
+        "sizes",
+        "source",
+        "replays",
     )
 
     def __init__(
@@ -71,6 +74,11 @@ class GraphNode:
         self.reused_outputs: tuple[OutputBlock, ...] = ()
         # Inputs that were such outputs and that the capture consumed.
         self.consumed_inputs: tuple[ConsumedInput, ...] = ()
+        # For reports: the integer inputs it was recorded for, the user's source line of its
+        # graph, and how often it replayed (its recording's first run is not a replay).
+        self.sizes: tuple[int, ...] = ()
+        self.source: str | None = None
+        self.replays = 0
 
     def release_reused_memory(self, args: list[Any]) -> bool:
         """Drop ``args``' references to consumed inputs, then check nothing else references

@@ -60,10 +60,11 @@ class OutputBlock:
     Any reference beyond those is the caller's.
     """
 
-    __slots__ = ("address", "owner", "storage", "own_refs", "aliased_by")
+    __slots__ = ("address", "nbytes", "owner", "storage", "own_refs", "aliased_by")
 
     def __init__(self, owner: torch.UntypedStorage) -> None:
         self.address = owner.data_ptr()
+        self.nbytes = owner.nbytes()
         self.owner: torch.UntypedStorage | None = owner
         self.storage = unowned(owner)
         self.own_refs = 1

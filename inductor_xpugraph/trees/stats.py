@@ -1,8 +1,18 @@
-"""Process-wide counters of the graph-tree runtime (``inductor_xpugraph.stats()``)."""
+"""Process-wide counters and events of the graph-tree runtime (``inductor_xpugraph.stats()``,
+``inductor_xpugraph.report()``).
+
+An *event* is something a user asks "why" about: a graph not captured (skip), a callable
+running un-graphed from now on (fallback), a recording for new addresses of its static inputs
+(re-record), a step left un-graphed because memory a graph reuses is still referenced
+(liveness fallback). Each distinct event (kind, graph, reason) is logged once, with the
+graph's name and the user's source line, and counted every time.
+"""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import enum
 import logging
 
 log = logging.getLogger("inductor_xpugraph")
@@ -19,24 +29,75 @@ COUNTER_NAMES = (
     "handovers",
 )
 
+
+class EventKind(enum.Enum):
+    SKIP = "skip"  # not captured: runs un-graphed (this call, or always)
+    FALLBACK = "fallback"  # un-graphed from now on
+    RERECORD = "re-record"  # recorded again for new static-input addresses
+    LIVENESS_FALLBACK = "liveness fallback"  # the rest of a step un-graphed
+
+
+# How each kind is logged the first time it happens for a graph and reason.
+_LOG_LEVELS = {
+    EventKind.SKIP: logging.WARNING,
+    EventKind.FALLBACK: logging.WARNING,
+    EventKind.RERECORD: logging.INFO,
+    EventKind.LIVENESS_FALLBACK: logging.WARNING,
+}
+
+
+@dataclasses.dataclass
+class Event:
+    kind: EventKind
+    graph: str | None  # the graph's name, e.g. "0_forward:call"
+    reason: str
+    source: str | None  # the user's source line, "path:line in function"
+    count: int = 0
+
+    def line(self) -> str:
+        where = f" ({self.source})" if self.source else ""
+        graph = f"`{self.graph}`{where}: " if self.graph else (where and where[2:-1] + ": ")
+        return f"{self.kind.value}: {graph}{self.reason}"
+
+
 counters: collections.Counter[str] = collections.Counter()
-skip_reasons: collections.Counter[str] = collections.Counter()
+events: dict[tuple[EventKind, str | None, str], Event] = {}
 
 
-def record_skip(reason: str) -> None:
+def record_event(
+    kind: EventKind, reason: str, graph: str | None = None, source: str | None = None
+) -> Event:
+    """Count an event; log it the first time this graph has it for this reason."""
+    key = (kind, graph, reason)
+    event = events.get(key)
+    if event is None:
+        event = events[key] = Event(kind, graph, reason, source)
+        log.log(_LOG_LEVELS[kind], "inductor_xpugraph: %s", event.line())
+    event.count += 1
+    return event
+
+
+def record_skip(reason: str, graph: str | None = None, source: str | None = None) -> None:
     """Count a graph that runs un-graphed; log each distinct reason once per process."""
-    if reason not in skip_reasons:
-        log.warning("inductor_xpugraph: not capturing a graph: %s", reason)
-    skip_reasons[reason] += 1
+    record_event(EventKind.SKIP, reason, graph, source)
+
+
+def skip_reasons() -> dict[str, int]:
+    reasons: collections.Counter[str] = collections.Counter()
+    for event in events.values():
+        if event.kind is EventKind.SKIP:
+            reasons[event.reason] += event.count
+    return dict(reasons)
 
 
 def snapshot() -> dict[str, object]:
     result: dict[str, object] = {name: counters[name] for name in COUNTER_NAMES}
-    result["skips"] = sum(skip_reasons.values())
-    result["skip_reasons"] = dict(skip_reasons)
+    reasons = skip_reasons()
+    result["skips"] = sum(reasons.values())
+    result["skip_reasons"] = reasons
     return result
 
 
 def clear() -> None:
     counters.clear()
-    skip_reasons.clear()
+    events.clear()

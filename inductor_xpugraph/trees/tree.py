@@ -119,6 +119,7 @@ class GraphTree:
     def __init__(self, device: str) -> None:
         device_type, _, index = device.partition(":")
         self.device = device
+        self.thread = threading.current_thread().name
         self.backend: GraphBackend = backend_class(device_type)(int(index or 0))
         self.root = GraphNode(-1, "<root>", "root", None, None, 0)
         # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
@@ -208,13 +209,14 @@ class GraphTree:
     def leave_for_this_generation(self, node: GraphNode) -> None:
         """The rest of this generation runs un-graphed: ``node`` may not replay because an
         output whose memory it reuses is still referenced."""
-        if not stats.counters["liveness_fallbacks"]:
-            log.warning(
-                "inductor_xpugraph: %s was captured reusing the memory of earlier outputs of "
-                "its step that are still referenced now; the rest of this step runs "
-                "un-graphed (keep the same outputs alive in every step, or clone them)",
-                node.name,
-            )
+        stats.record_event(
+            stats.EventKind.LIVENESS_FALLBACK,
+            "captured reusing the memory of earlier outputs of its step that are still "
+            "referenced now; the rest of this step runs un-graphed (keep the same outputs "
+            "alive in every step, or clone them)",
+            node.name,
+            node.source,
+        )
         stats.counters["liveness_fallbacks"] += 1
         self.current = self.off_tree
 
@@ -304,9 +306,16 @@ class GraphTree:
         self.current = self.off_tree
 
     def add_node(
-        self, callable_id: int, name: str, phase: str, key: tuple[int, ...], recording: Recording
+        self,
+        callable_id: int,
+        name: str,
+        phase: str,
+        key: tuple[int, ...],
+        recording: Recording,
+        source: str | None = None,
     ) -> GraphNode:
         node = GraphNode(callable_id, name, phase, self.current, recording, next(self._seq))
+        node.sizes, node.source = key, source
         self.current.use_variant((callable_id, key), node)
         if not self.memory.adopt(node, self.pool):
             self._fall_back_to_owned_outputs(node)
@@ -411,6 +420,7 @@ class GraphTree:
             self.current = self.root
             self.pending_backward = False
             self.generation = None
+            self.generations_started = 0
             self.forgotten_callables = []
             self._pool = None
             self.memory = memory_strategy(self.backend)

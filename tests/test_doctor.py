@@ -56,40 +56,32 @@ def test_torch_versions_are_checked_against_the_supported_range(version, status)
     assert version in finding.detail
 
 
-def test_xpu_without_the_extension_enabled_fails_with_what_to_do():
-    was_enabled = "xpu" in inductor_xpugraph.enabled_devices()
-    inductor_xpugraph.disable("xpu")
+def registration_finding(device: str, enabled: bool):
+    """``check_registration`` for ``device`` enabled or not; the state is restored after."""
+    was_enabled = device in inductor_xpugraph.enabled_devices()
+    (inductor_xpugraph.enable if enabled else inductor_xpugraph.disable)(device)
     try:
-        (finding,) = doctor.check_registration(["xpu"])
+        (finding,) = doctor.check_registration([device])
     finally:
-        if was_enabled:
-            inductor_xpugraph.enable("xpu")
+        (inductor_xpugraph.enable if was_enabled else inductor_xpugraph.disable)(device)
+    return finding
+
+
+def test_xpu_without_the_extension_enabled_fails_with_what_to_do():
+    finding = registration_finding("xpu", enabled=False)
     assert finding.status is Status.FAIL
     assert "inductor_xpugraph.enable('xpu')" in finding.advice
 
 
 def test_cuda_without_the_extension_enabled_warns_that_upstream_trees_serve_it():
-    was_enabled = "cuda" in inductor_xpugraph.enabled_devices()
-    inductor_xpugraph.disable("cuda")
-    try:
-        (finding,) = doctor.check_registration(["cuda"])
-    finally:
-        if was_enabled:
-            inductor_xpugraph.enable("cuda")
+    finding = registration_finding("cuda", enabled=False)
     assert finding.status is Status.WARN
     assert "upstream's graph trees" in finding.detail
     assert "inductor_xpugraph.enable('cuda')" in finding.advice
 
 
 def test_an_enabled_device_uses_our_wrapper_codegen():
-    was_enabled = "cuda" in inductor_xpugraph.enabled_devices()
-    inductor_xpugraph.enable("cuda")
-    try:
-        (finding,) = doctor.check_registration(["cuda"])
-    finally:
-        if not was_enabled:
-            inductor_xpugraph.disable("cuda")
-    assert finding.status is Status.OK
+    assert registration_finding("cuda", enabled=True).status is Status.OK
 
 
 def test_stale_output_errors_have_a_path_here():

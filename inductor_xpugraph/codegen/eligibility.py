@@ -53,9 +53,8 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
     partitioned = inductor_config.graph_partition and device_type != "cpu"
 
     reason, culprit = _whole_graph_skip_reason(device_type, partitioned)
-    source = (culprit is not None and user_source(culprit.meta.get("stack_trace"))) or (
-        graph_source()
-    )
+    culprit_source = user_source(culprit.meta.get("stack_trace")) if culprit else None
+    source = culprit_source or graph_source()
     if reason is None and partitioned and not partition_names:
         reason = "no device kernels to capture (no graph partitions)"
     if reason is not None:

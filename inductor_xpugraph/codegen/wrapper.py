@@ -61,7 +61,8 @@ class GraphTreeWrapperCodegen(PythonWrapperCodegen):
             result.splice(render("not_captured.py.j2", reason=plan.skip_reason, **context))
         elif plan.targets[0].name == "call":
             super().generate_after_suffix(result)
-            result.splice(render("graphify_call.py.j2", **context))
+            inductor_runner = bool(inductor_config.graph_partition)  # see generate_after_suffix
+            result.splice(render("graphify_call.py.j2", inductor_runner=inductor_runner, **context))
         else:
             result.splice(render("graphify_partitions.py.j2", **context))
 

@@ -25,6 +25,22 @@ ints): one recording per distinct size; see ``config.dynamic_shape_warn_limit`` 
 input is static or an output of an earlier graph (a replay would otherwise write to a copy).
 Calls made while the current stream is already being captured (by anyone) run the plain
 callable: a capture is never nested inside another.
+
+Note [What keeps a graph alive]
+-------------------------------
+The recordings of a callable (graphs, output memory in the pool) live in the device tree, and
+the tree drops them when the compiled graph that runs the callable is freed. Inductor keeps
+every generated wrapper module for the life of the process (``PyCodeCache``,
+``sys.modules``), so the module cannot be what keeps them: its compiled graph
+(``CompiledFxGraph``) is, and when that is freed it deletes the module's
+``runner.partitions`` (``CompiledFxGraph.__del__``). Graphed partitions are that list's
+items, so they are freed with it. A graphed ``call``, which the module itself holds, puts a
+``ReleaseHandle`` there instead (in a module generated without partitions, a
+``PartitionlessRunner`` is that ``runner``); when it is freed, the module gets back the
+names Inductor bound. Either way the tree forgets the callable (``GraphTree.forget_callable``)
+and drops its nodes at its next generation or slow path, never inside a capture. A compiled
+graph is freed when nothing runs it any more: the model's compiled code deleted,
+``torch._dynamo.reset()`` (which drops Dynamo's caches), a loaded artifact released.
 """
 
 from __future__ import annotations
@@ -90,6 +106,14 @@ class GraphedCallable:
         self.reset()
         weakref.finalize(self, _forget_callable, self.id)
         _all_callables.add(self)
+
+    def release_handle(self, module_globals: dict[str, Any]) -> ReleaseHandle:
+        """An object whose freeing drops this graphed ``call``'s recordings from every tree
+        and gives its module back the names Inductor bound (Note [What keeps a graph
+        alive]): nothing of ours stays with a module that Inductor keeps."""
+        handle = ReleaseHandle()
+        weakref.finalize(handle, _release, self, module_globals)
+        return handle
 
     def reset(self) -> None:
         """Forget this callable's warmups, re-records and fallback (its nodes live in the
@@ -323,6 +347,23 @@ class GraphedCallable:
         return outputs
 
 
+class ReleaseHandle:
+    """Held where Inductor frees it with the compiled graph; see ``release_handle``."""
+
+    __slots__ = ("__weakref__",)
+
+
+class PartitionlessRunner:
+    """Stands in for Inductor's ``Runner`` in a module generated without graph partitions
+    (``graph_partition`` off): ``CompiledFxGraph`` keeps the module's ``runner`` and deletes
+    its ``partitions`` when it is freed."""
+
+    recursively_apply_fns = None  # read by CompiledFxGraph; only partitions have any
+
+    def __init__(self, *partitions: Any) -> None:
+        self.partitions = list(partitions)
+
+
 def _trace_recording(tree: GraphTree, node: GraphNode) -> None:
     """A ``torch._logging`` structured-trace entry per recorded graph (``TORCH_TRACE``), so
     that tlparse shows our graphs beside Inductor's output."""
@@ -341,6 +382,15 @@ def _trace_recording(tree: GraphTree, node: GraphNode) -> None:
             }
         ),
     )
+
+
+def _release(graphed: GraphedCallable, module_globals: dict[str, Any]) -> None:
+    """The compiled graph of ``graphed`` (a module's ``call``) was freed."""
+    _forget_callable(graphed.id)
+    if module_globals.get("call") is graphed:
+        module_globals["call"] = graphed.fn
+    if isinstance(module_globals.get("runner"), PartitionlessRunner):
+        del module_globals["runner"]
 
 
 def _forget_callable(callable_id: int) -> None:

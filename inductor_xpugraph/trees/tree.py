@@ -193,6 +193,9 @@ class GraphTree:
         self.pending_backward = False
         self.generation = current_generation()
         self.generations_started += 1
+        if self.forgotten_callables and not self.backend.is_capturing():
+            with self.lock:
+                self.drop_forgotten()  # a freed model's memory goes back at its next step
 
     def hand_out_eager(self, producer: Any, outputs: Any) -> None:
         """Note what an un-graphed run of ``producer`` (a callable) gave the caller in this
@@ -376,7 +379,8 @@ class GraphTree:
         _unlink(subtree)
 
     def forget_callable(self, callable_id: int) -> None:
-        """Note that a callable no longer exists (its module was freed); see drop_forgotten.
+        """Note that a callable no longer exists (its compiled graph was freed, see Note
+        [What keeps a graph alive] in ``graphed_callable``); see drop_forgotten.
 
         Called from a finalizer, at any time and on any thread: only records the id.
         """

@@ -64,10 +64,30 @@ def _fresh_runtime(name, checkpointing):
     with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
         inductor_xpugraph.reset()
         yield name
-        torch._dynamo.reset()
-        inductor_xpugraph.reset()
+        reset_and_check_nothing_is_left()
     if not was_enabled:
         inductor_xpugraph.disable(name)
+
+
+def reset_and_check_nothing_is_left():
+    """Teardown, as upstream's tests do it: after ``reset()`` no tree holds a node, the pools
+    hold no bytes, and on cuda no segment of a pool our trees used is left."""
+    import gc
+
+    from inductor_xpugraph.trees.tree import all_trees
+
+    pools = [tree._pool.handle for tree in all_trees() if hasattr(tree._pool, "handle")]
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    assert all(tree.nodes() == [] for tree in all_trees()), "a tree kept nodes after reset()"
+    assert inductor_xpugraph.stats()["pool_bytes"] == 0
+    if pools:
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        pool_ids = {tuple(pool) for pool in pools}
+        left = [s for s in torch.cuda.memory_snapshot() if tuple(s["segment_pool_id"]) in pool_ids]
+        assert not left, f"{len(left)} segment(s) of a graph pool left after reset()"
 
 
 @pytest.fixture
@@ -78,6 +98,5 @@ def cuda_device():
     torch._dynamo.reset()
     inductor_xpugraph.reset()
     yield "cuda"
-    torch._dynamo.reset()
-    inductor_xpugraph.reset()
+    reset_and_check_nothing_is_left()
     inductor_xpugraph.disable("cuda")

@@ -6,6 +6,7 @@ inside ``capture_begin`` and left the RNG in capture mode for the rest of the pr
 """
 
 import gc
+import weakref
 
 import pytest
 import torch
@@ -25,6 +26,19 @@ def fails_when_captured(x: torch.Tensor) -> torch.Tensor:
 
 @fails_when_captured.register_fake
 def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("inductor_xpugraph_tests::runs_out_of_memory_when_captured", mutates_args=())
+def runs_out_of_memory_when_captured(x: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """An op that allocates ``nbytes`` more while a graph is being captured."""
+    if any(tree.backend.is_capturing() for tree in all_trees()):
+        torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    return x * 2
+
+
+@runs_out_of_memory_when_captured.register_fake
+def _(x, nbytes):
     return torch.empty_like(x)
 
 
@@ -65,6 +79,32 @@ def test_a_capture_that_raises_gives_the_caller_its_error_and_the_process_stays_
         out = noisy(x)
         assert ((out.abs() <= x.abs() + 1e-6) & (out.sign() * x.sign() >= 0)).all()
     assert inductor_xpugraph.stats()["replays"] >= 2
+
+
+def test_an_out_of_memory_inside_a_capture_leaves_the_process_usable(cuda_each_strategy):
+    """A capture that runs out of the memory this process may use (a per-process fraction)
+    raises torch.OutOfMemoryError to the caller; that graph runs un-graphed, others record."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    limit = torch.cuda.memory_reserved() + 256 * 2**20
+    greedy = torch.compile(
+        lambda x: runs_out_of_memory_when_captured(x.sin(), 2 * 2**30) + 1, mode="reduce-overhead"
+    )
+    x = torch.randn(1024, device="cuda")
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+    try:
+        greedy(x)  # warmup: un-graphed, within the limit
+        with pytest.raises(torch.OutOfMemoryError):
+            greedy(x)  # the capture
+        torch.testing.assert_close(greedy(x), x.sin() * 2 + 1)  # un-graphed from now on
+        noisy = torch.compile(lambda x: x * torch.rand_like(x), mode="reduce-overhead")
+        for _ in range(4):
+            out = noisy(x)
+            assert ((out.abs() <= x.abs() + 1e-6) & (out.sign() * x.sign() >= 0)).all()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert inductor_xpugraph.stats()["replays"] >= 2
+    reasons = inductor_xpugraph.stats()["skip_reasons"]
+    assert any("its capture raised OutOfMemoryError" in reason for reason in reasons)
 
 
 def test_outputs_of_the_generation_a_capture_failed_in_stay_valid(device):
@@ -249,10 +289,12 @@ def create_compile_call_delete(device) -> tuple[int, ...]:
     compiled = torch.compile(model, mode="reduce-overhead")
     x = torch.randn(8, 32, device=device)
     replays = inductor_xpugraph.stats()["replays"]
-    with torch.no_grad():
-        for _ in range(4):
+    for _ in range(3):  # training steps: a forward and a backward graph
+        compiled(x).square().mean().backward()
+    with torch.no_grad():  # and an inference graph
+        for _ in range(3):
             compiled(x)
-    assert inductor_xpugraph.stats()["replays"] == replays + 2
+    assert inductor_xpugraph.stats()["replays"] == replays + 3
     del model, compiled, x
     torch._dynamo.reset()
     gc.collect()
@@ -290,3 +332,20 @@ def test_a_deleted_models_memory_returns_at_the_next_step_of_a_live_one(device):
     for _ in range(3):  # a new compile of `live` after the reset: recorded again, replayed
         torch.testing.assert_close(live(x), x.cos() + 1)
     assert inductor_xpugraph.stats()["pool_bytes"] == live_bytes
+
+
+def test_the_tree_keeps_no_autograd_graph_of_a_step_alive(device):
+    """A training forward's outputs carry the step's autograd graph (``grad_fn``), which
+    reaches the parameters and the compiled code: the tree must not keep them after the
+    step, or a deleted model would never be freed."""
+    model = torch.nn.Linear(32, 32).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(4):
+        compiled(torch.randn(8, 32, device=device)).sum().backward()
+    weight = weakref.ref(model.weight)
+    del model, compiled
+    torch._dynamo.reset()
+    other = torch.compile(lambda x: x + 1, mode="reduce-overhead")
+    other(torch.randn(8, device=device))  # the tree's next generation
+    gc.collect()
+    assert weight() is None

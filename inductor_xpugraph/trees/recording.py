@@ -22,7 +22,13 @@ still holds that object: a Python reference (the caller kept it), or a C++ one (
 saved it, a view's base, a parameter's ``.grad``). Such an object leaves with its holder,
 and the position gets a new one; so does one with autograd history (hooks a caller
 attached must not carry over). A held object is therefore never handed out again, and the
-tree's stale-output rules apply to it as to any output. Each position's object is always
+tree's stale-output rules apply to it as to any output. The outputs autograd takes into the
+caller's graph (a training forward's differentiable outputs) are never reused: after the
+first generation that replayed it, the tree has the recording find them
+(``find_outputs_autograd_took``), and from then on each replay hands out a new object there
+and the recording keeps none the caller had. Otherwise the recording would keep, through the
+object's ``grad_fn``, that step's autograd graph alive, and with it the parameters and the
+compiled code (Note [What keeps a graph alive] in ``graphed_callable``). Each position's object is always
 one of the recording's own references to its block (counted in ``own_refs``), so a block
 is dead when its storage has no other reference *and* no object of a recording over it is
 held (``OutputBlock.is_dead``). A backward graph's outputs are gradients, which autograd
@@ -152,6 +158,10 @@ class Recording:
         # holds its alias over the block, and the object it hands out when reused.
         positions = tuple(i for i, layout in enumerate(self._layouts) if layout is not None)
         self._reused_positions = positions if reuse_output_objects else ()
+        # Positions handed out as a new object at every replay (see the module docstring),
+        # and whether the tree has had them found yet.
+        self._fresh_positions: tuple[int, ...] = ()
+        self.autograd_outputs_found = not reuse_output_objects
         self._positions_in: dict[OutputBlock, tuple[int, ...]] = {}
         for i in positions:
             block = self._layouts[i][0]
@@ -178,7 +188,7 @@ class Recording:
             block.aliased_by.remove(self)
             block.own_refs -= self._refs_per_position * len(in_block)
         self._positions_in = {}
-        self._reused_positions = ()
+        self._reused_positions = self._fresh_positions = ()
         self._output_aliases = []
         self._output_objects = []
         self.replay = _released
@@ -194,6 +204,20 @@ class Recording:
         return self._reuses_outputs and bool(
             _held_positions(self._output_objects, self._positions_in[block])
         )
+
+    def find_outputs_autograd_took(self) -> None:
+        """Once, after a generation that replayed this recording: the positions whose object
+        has autograd history are handed out as new objects from now on, and the objects
+        there now are replaced (one the caller still holds leaves with it: the tree retires
+        its memory as it does a gradient's)."""
+        objects = self._output_objects
+        fresh = tuple(i for i in self._reused_positions if objects[i].requires_grad)
+        self.autograd_outputs_found = True
+        if not fresh:
+            return
+        self._fresh_positions = fresh
+        self._reused_positions = tuple(i for i in self._reused_positions if i not in fresh)
+        self.renew_outputs(fresh)
 
     def output_object(self, position: int) -> torch.Tensor:
         return self._output_objects[position]
@@ -225,7 +249,10 @@ class Recording:
         objects = self._output_objects
         for i in _held_positions(objects, self._reused_positions, with_history=True):
             objects[i] = self._output_aliases[i].detach()
-        return tuple(objects) if self._output_is_tuple else list(objects)
+        handed_out = list(objects)
+        for i in self._fresh_positions:
+            handed_out[i] = self._output_aliases[i].detach()
+        return tuple(handed_out) if self._output_is_tuple else handed_out
 
     def outputs(self) -> list[Any]:
         """New tensor objects over the output memory (~0.4 µs each: ``detach()`` of the

@@ -240,6 +240,8 @@ class GraphTree:
         held_by_objects: set[OutputBlock] = set()
         for node in nodes:
             recording = node.recording
+            if not recording.autograd_outputs_found:
+                recording.find_outputs_autograd_took()
             positions = recording.held_positions()
             if not positions:
                 continue

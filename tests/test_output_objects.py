@@ -120,3 +120,31 @@ def test_a_held_output_keeps_its_memory_alive_for_the_memory_strategies(device):
     assert not block.is_dead()  # the caller holds the object itself: no other reference
     del out
     assert block.is_dead()
+
+
+def test_a_training_output_held_into_the_next_step_raises_and_no_memory_is_retired(
+    device, monkeypatch
+):
+    """``out = model(x); out.sum().backward()`` in a loop: when a step starts the caller still
+    holds the previous output, with its autograd graph. That object raises from then on, as
+    an object: its graph's memory is not retired (no recording rebuilds its outputs)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 8, device=device)
+    rebuilt = []
+    rebuild = recording.Recording.rebuild_aliases
+    monkeypatch.setattr(
+        recording.Recording, "rebuild_aliases", lambda self: (rebuilt.append(self), rebuild(self))
+    )
+    for _ in range(3):  # warmup, record, replay
+        out = compiled(x)
+        out.sum().backward()
+    rebuilt.clear()
+    for _ in range(4):
+        previous, out = out, compiled(x)
+        out.sum().backward()
+        with pytest.raises(RuntimeError, match=STALE):
+            previous.sum()
+        torch.testing.assert_close(out, model(x))
+    assert rebuilt == [] and inductor_xpugraph.stats()["handovers"] == 0

@@ -74,4 +74,12 @@ def snapshot() -> dict[str, object]:
     return result
 
 
-__all__ = ["GraphedCallable", "PartitionlessRunner", "graphify", "mark_step_begin", "record_skip", "reset", "snapshot"]
+__all__ = [
+    "GraphedCallable",
+    "PartitionlessRunner",
+    "graphify",
+    "mark_step_begin",
+    "record_skip",
+    "reset",
+    "snapshot",
+]

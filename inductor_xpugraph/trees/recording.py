@@ -25,11 +25,12 @@ attached must not carry over). A held object is therefore never handed out again
 tree's stale-output rules apply to it as to any output. The outputs autograd takes into the
 caller's graph (a training forward's differentiable outputs) are never reused: after the
 first generation that replayed it, the tree has the recording find them
-(``find_outputs_autograd_took``), and from then on each replay hands out a new object there
-and the recording keeps none the caller had. Otherwise the recording would keep, through the
-object's ``grad_fn``, that step's autograd graph alive, and with it the parameters and the
-compiled code (Note [What keeps a graph alive] in ``graphed_callable``). Each position's object is always
-one of the recording's own references to its block (counted in ``own_refs``), so a block
+(``find_outputs_autograd_took``); from then on each replay hands out a new object there and
+the recording holds it only weakly, for the stale-output rules. Otherwise the recording
+would keep, through the object's ``grad_fn``, that step's autograd graph alive, and with it
+the parameters and the compiled code (Note [What keeps a graph alive] in
+``graphed_callable``). Each position's kept object is always one of the recording's own
+references to its block (counted in ``own_refs``), so a block
 is dead when its storage has no other reference *and* no object of a recording over it is
 held (``OutputBlock.is_dead``). A backward graph's outputs are gradients, which autograd
 keeps as a parameter's ``.grad`` without a copy only when nothing else references them:
@@ -39,6 +40,7 @@ its replays hand out new objects and keep none.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -159,8 +161,10 @@ class Recording:
         positions = tuple(i for i, layout in enumerate(self._layouts) if layout is not None)
         self._reused_positions = positions if reuse_output_objects else ()
         # Positions handed out as a new object at every replay (see the module docstring),
-        # and whether the tree has had them found yet.
+        # whether the tree has had them found yet, and what the last replay handed out there
+        # (held weakly: it may carry the caller's autograd graph).
         self._fresh_positions: tuple[int, ...] = ()
+        self._fresh_handed_out: dict[int, weakref.ref] = {}
         self.autograd_outputs_found = not reuse_output_objects
         self._positions_in: dict[OutputBlock, tuple[int, ...]] = {}
         for i in positions:
@@ -189,6 +193,7 @@ class Recording:
             block.own_refs -= self._refs_per_position * len(in_block)
         self._positions_in = {}
         self._reused_positions = self._fresh_positions = ()
+        self._fresh_handed_out = {}
         self._output_aliases = []
         self._output_objects = []
         self.replay = _released
@@ -196,8 +201,12 @@ class Recording:
     # -- output objects (see the module docstring) -------------------------------------------
 
     def held_positions(self) -> list[int]:
-        """Positions whose reused output object someone other than this recording holds."""
-        return _held_positions(self._output_objects, self._reused_positions)
+        """Positions whose output object someone other than this recording holds."""
+        held = _held_positions(self._output_objects, self._reused_positions)
+        for i, handed_out in self._fresh_handed_out.items():
+            if handed_out() is not None:
+                held.append(i)
+        return held
 
     def holds_output_in(self, block: OutputBlock) -> bool:
         """Whether someone holds a reused output object this recording built over ``block``."""
@@ -207,20 +216,23 @@ class Recording:
 
     def find_outputs_autograd_took(self) -> None:
         """Once, after a generation that replayed this recording: the positions whose object
-        has autograd history are handed out as new objects from now on, and the objects
-        there now are replaced (one the caller still holds leaves with it: the tree retires
-        its memory as it does a gradient's)."""
+        has autograd history are handed out as new objects from now on; the objects there
+        now are replaced, and held weakly like those later replays hand out."""
         objects = self._output_objects
         fresh = tuple(i for i in self._reused_positions if objects[i].requires_grad)
         self.autograd_outputs_found = True
         if not fresh:
             return
+        for i in fresh:  # what the last replay handed out there, and a new object to keep
+            self._fresh_handed_out[i] = weakref.ref(objects[i])
+            objects[i] = self._output_aliases[i].detach()
         self._fresh_positions = fresh
         self._reused_positions = tuple(i for i in self._reused_positions if i not in fresh)
-        self.renew_outputs(fresh)
 
     def output_object(self, position: int) -> torch.Tensor:
-        return self._output_objects[position]
+        """The object at ``position`` that the caller was handed (while it is held)."""
+        handed_out = self._fresh_handed_out.get(position)
+        return handed_out() if handed_out is not None else self._output_objects[position]
 
     def blocks_at(self, positions: Sequence[int]) -> set[OutputBlock]:
         return {self._layouts[i][0] for i in positions}
@@ -228,7 +240,8 @@ class Recording:
     def renew_outputs(self, positions: Sequence[int]) -> None:
         """Give these positions new output objects (their held ones leave with the holder)."""
         for i in positions:
-            self._output_objects[i] = self._output_aliases[i].detach()
+            if self._fresh_handed_out.pop(i, None) is None:
+                self._output_objects[i] = self._output_aliases[i].detach()
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
         """True when every non-copied input still has its address at capture."""
@@ -249,10 +262,12 @@ class Recording:
         objects = self._output_objects
         for i in _held_positions(objects, self._reused_positions, with_history=True):
             objects[i] = self._output_aliases[i].detach()
-        handed_out = list(objects)
-        for i in self._fresh_positions:
-            handed_out[i] = self._output_aliases[i].detach()
-        return tuple(handed_out) if self._output_is_tuple else handed_out
+        if self._fresh_positions:
+            objects = list(objects)
+            for i in self._fresh_positions:
+                objects[i] = self._output_aliases[i].detach()
+                self._fresh_handed_out[i] = weakref.ref(objects[i])
+        return tuple(objects) if self._output_is_tuple else list(objects)
 
     def outputs(self) -> list[Any]:
         """New tensor objects over the output memory (~0.4 µs each: ``detach()`` of the

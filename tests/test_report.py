@@ -103,6 +103,35 @@ def test_a_skip_at_codegen_names_the_function_and_its_source_line(device):
     assert skip.source.endswith(f":{line_of(scale, 'x * 2')} in scale")
 
 
+def cosine_of_scaled(x):
+    return (x * 7.25).cos()
+
+
+def same_body_elsewhere(x):
+    return (x * 7.25).cos()
+
+
+def test_a_graph_the_compile_cache_serves_names_this_programs_line_not_the_first_compiles(
+    device,
+):
+    """Inductor's compile cache keys on the graph, not on where it came from (an edited
+    script, a function with the same body): a graph it serves names the call that loaded it."""
+    x = torch.randn(8, device=device)
+    torch.compile(cosine_of_scaled, mode="reduce-overhead")(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(same_body_elsewhere, mode="reduce-overhead")
+    compiled(x)  # served by the compile cache
+    this_test = test_a_graph_the_compile_cache_serves_names_this_programs_line_not_the_first_compiles
+    first = f":{line_of(cosine_of_scaled, 'cos()')} in cosine_of_scaled"
+    served = f":{line_of(this_test, 'compiled(x)  #')} in {this_test.__name__}"
+    sources = [c.source or "" for c in inductor_xpugraph.report().callables]
+    assert [s for s in sources if s.endswith((first, served))] == [
+        s for s in sources if "cosine_of_scaled" in s or this_test.__name__ in s
+    ]
+    assert sum(s.endswith(first) for s in sources) == 1
+    assert sum(s.endswith(served) for s in sources) == 1
+
+
 def test_the_picture_is_written(device, tmp_path):
     pytest.importorskip("matplotlib")
     torch.manual_seed(0)

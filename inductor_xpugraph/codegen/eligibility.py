@@ -10,13 +10,14 @@ a ``GraphPlan``: one ``GraphTarget`` per callable to wrap (``call``, or each
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Sequence
 
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.virtualized import V
+
+from ..trees.source_lines import format_source
 
 _ACCEPTED_INPUT_TYPES = (torch.Tensor, torch.SymInt, int, torch.Generator)
 
@@ -144,11 +145,7 @@ def user_source(stack_trace: str | None) -> str | None:
     frames = _FRAME.findall(stack_trace or "")
     if not frames:
         return None
-    path, line, function = frames[-1]
-    relative = os.path.relpath(path) if os.path.isabs(path) else path
-    if not relative.startswith(".."):
-        path = relative
-    return f"{path}:{line} in {function.strip()}"
+    return format_source(*frames[-1])
 
 
 def graph_source() -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import stats
 from .graphed_callable import GraphedCallable, PartitionlessRunner, reset_all_callables
+from .source_lines import source_at_load
 from .tree import all_trees
 
 PHASES = ("inference", "forward", "backward")
@@ -43,12 +44,12 @@ def graphify(
         mutated_inputs=mutated_inputs,
         phase=phase,
         name=name or getattr(fn, "__qualname__", repr(fn)),
-        source=source,
+        source=source_at_load(source),
     )
 
 
 def record_skip(reason: str, graph: str | None = None, source: str | None = None) -> None:
-    stats.record_skip(reason, graph=graph, source=source)
+    stats.record_skip(reason, graph=graph, source=source_at_load(source))
 
 
 def mark_step_begin() -> None:

@@ -1,0 +1,63 @@
+"""Which line of the user's program a graph comes from, for events, logs and the report.
+
+The wrapper codegen writes the line of the graph's first op (or of the op that prevents
+capture) into the generated module (``source=``). That line is right when the module is
+loaded by the compile that generated it. Inductor's compile cache, though, keys on the graph
+and not on where it came from: a hit serves a module that another program, or an earlier
+version of this one, generated, with that program's line (seen: an edited script reported
+its old line numbers; a second function with the same body reported the first). So when the
+module is loaded any other way (a cache hit, a deployed export), the line comes from the
+stack instead: the innermost frame of the user's code that led to this load, which is the
+compiled call, or the ``backward()`` that compiled a backward graph.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+from torch._inductor.graph import GraphLowering
+from torch._inductor.virtualized import V
+
+_STDLIB_DIR = os.path.dirname(os.path.realpath(os.__file__)) + os.sep
+
+
+def format_source(path: str, line: int | str, function: str) -> str:
+    """``path:line in function``, the path relative to the working directory below it."""
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+    if not relative.startswith(".."):
+        path = relative
+    return f"{path}:{line} in {function.strip()}"
+
+
+def source_at_load(generated: str | None) -> str | None:
+    """The source line of a graph whose module is being loaded now (see the docstring)."""
+    if isinstance(V.graph, GraphLowering):  # the compile that generated the module
+        return generated
+    return user_frame_source()
+
+
+def user_frame_source() -> str | None:
+    """The innermost frame on this thread's stack that is the user's code (not torch's,
+    ours or the standard library's), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _is_library(frame):
+            code = frame.f_code
+            return format_source(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def _is_library(frame: types.FrameType) -> bool:
+    """Torch (Inductor's generated modules included: they are named ``torch._inductor...``),
+    this package, and the standard library (not what is installed beside it)."""
+    module = frame.f_globals.get("__name__") or ""
+    if module.split(".")[0] in ("torch", "inductor_xpugraph"):
+        return True
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen"):
+        return True
+    path = os.path.realpath(filename)
+    return path.startswith(_STDLIB_DIR) and "site-packages" not in path

@@ -147,3 +147,54 @@ def test_the_picture_is_written(device, tmp_path):
 def test_an_empty_process_reports_no_graphs(device):
     report = inductor_xpugraph.report()
     assert report.trees == () and "no graphs recorded" in str(report)
+
+
+def test_each_thread_has_its_own_tree_in_the_report(device):
+    """Trees are per thread: a thread that calls compiled code shows as a tree of its own."""
+    import threading
+
+    compiled = torch.compile(lambda x: (x * 5.5).tanh(), mode="reduce-overhead")
+    main_inputs = [torch.randn(8, device=device) for _ in range(3)]
+    worker_inputs = [torch.randn(8, device=device) for _ in range(3)]
+    errors = []
+
+    def work():
+        try:
+            for x in worker_inputs:
+                compiled(x)
+        except Exception as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    for x in main_inputs:
+        compiled(x)
+    worker = threading.Thread(target=work, name="report-worker")
+    worker.start()
+    worker.join()
+    assert not errors
+    trees = {tree.thread: tree for tree in inductor_xpugraph.report().trees if tree.roots}
+    assert {threading.current_thread().name, "report-worker"} <= set(trees)
+    for thread in (threading.current_thread().name, "report-worker"):
+        (root,) = trees[thread].roots
+        assert root.replays >= 1  # recorded and replayed in each thread
+
+
+def test_a_recording_is_traced_under_the_compile_that_made_its_graph(device, monkeypatch):
+    """``TORCH_TRACE``/tlparse: each recording is a structured-trace artifact filed under the
+    compile of its graph, beside Inductor's output for it."""
+    from inductor_xpugraph.trees import graphed_callable
+
+    traced = []
+    trace = torch._logging.trace_structured
+
+    def keeping(name, metadata_fn=dict, **kwargs):
+        traced.append((metadata_fn(), kwargs))
+        trace(name, metadata_fn, **kwargs)
+
+    monkeypatch.setattr(torch._logging, "trace_structured", keeping)
+    compiled = torch.compile(lambda x: (x * 3.75).exp(), mode="reduce-overhead")
+    for _ in range(3):
+        compiled(torch.randn(8, device=device))
+    ours = [kw for metadata, kw in traced if metadata.get("name") == "inductor_xpugraph_recording"]
+    assert len(ours) == 1
+    if graphed_callable._TRACE_TAKES_COMPILE_ID:
+        assert str(ours[0]["compile_id"]) == "0/0"

@@ -45,6 +45,7 @@ graph is freed when nothing runs it any more: the model's compiled code deleted,
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import logging
@@ -95,6 +96,8 @@ class GraphedCallable:
         self.phase = phase
         self.name = name
         self.source = source  # the user's source line of the graph, when Inductor kept it
+        # The compile that loaded this callable (None outside one), for the structured trace.
+        self.compile_id = torch._guards.CompileContext.current_compile_id()
         self._after_run = {
             "forward": _set_pending_backward,
             "backward": _clear_pending_backward,
@@ -339,7 +342,7 @@ class GraphedCallable:
         del captured_outputs, capture_args
         node = tree.add_node(self.id, self.name, self.phase, key, recording, self.source)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
-        _trace_recording(tree, node)
+        _trace_recording(self, tree, node)
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(first_replay_args)
         tree.enter(node)
@@ -364,9 +367,10 @@ class PartitionlessRunner:
         self.partitions = list(partitions)
 
 
-def _trace_recording(tree: GraphTree, node: GraphNode) -> None:
+def _trace_recording(graphed: GraphedCallable, tree: GraphTree, node: GraphNode) -> None:
     """A ``torch._logging`` structured-trace entry per recorded graph (``TORCH_TRACE``), so
-    that tlparse shows our graphs beside Inductor's output."""
+    that tlparse shows our graphs beside Inductor's output of the same compile."""
+    where = {"compile_id": graphed.compile_id} if _TRACE_TAKES_COMPILE_ID else {}
     torch._logging.trace_structured(
         "artifact",
         metadata_fn=lambda: {"name": "inductor_xpugraph_recording", "encoding": "json"},
@@ -381,7 +385,14 @@ def _trace_recording(tree: GraphTree, node: GraphNode) -> None:
                 "source": node.source,
             }
         ),
+        **where,
     )
+
+
+# tlparse files an artifact under the compile it names, where trace_structured takes one.
+_TRACE_TAKES_COMPILE_ID = (
+    "compile_id" in inspect.signature(torch._logging.trace_structured).parameters
+)
 
 
 def _release(graphed: GraphedCallable, module_globals: dict[str, Any]) -> None:

@@ -30,7 +30,9 @@ def _(x):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("inductor_xpugraph_tests::runs_out_of_memory_when_captured", mutates_args=())
+@torch.library.custom_op(
+    "inductor_xpugraph_tests::runs_out_of_memory_when_captured", mutates_args=()
+)
 def runs_out_of_memory_when_captured(x: torch.Tensor, nbytes: int) -> torch.Tensor:
     """An op that allocates ``nbytes`` more while a graph is being captured."""
     if any(tree.backend.is_capturing() for tree in all_trees()):
@@ -305,7 +307,8 @@ def create_compile_call_delete(device) -> tuple[int, ...]:
     torch._dynamo.reset()
     gc.collect()
     live_callables = len(graphed_callable._all_callables)
-    held = (inductor_xpugraph.stats()["pool_bytes"], objects_of_ours(), live_callables, live_tensors())
+    pool_bytes = inductor_xpugraph.stats()["pool_bytes"]
+    held = (pool_bytes, objects_of_ours(), live_callables, live_tensors())
     if device == "cuda":
         held += (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
     return held

@@ -121,7 +121,9 @@ def test_a_graph_the_compile_cache_serves_names_this_programs_line_not_the_first
     torch._dynamo.reset()
     compiled = torch.compile(same_body_elsewhere, mode="reduce-overhead")
     compiled(x)  # served by the compile cache
-    this_test = test_a_graph_the_compile_cache_serves_names_this_programs_line_not_the_first_compiles
+    this_test = (
+        test_a_graph_the_compile_cache_serves_names_this_programs_line_not_the_first_compiles
+    )
     first = f":{line_of(cosine_of_scaled, 'cos()')} in cosine_of_scaled"
     served = f":{line_of(this_test, 'compiled(x)  #')} in {this_test.__name__}"
     sources = [c.source or "" for c in inductor_xpugraph.report().callables]
@@ -157,6 +159,7 @@ def test_each_thread_has_its_own_tree_in_the_report(device):
     main_inputs = [torch.randn(8, device=device) for _ in range(3)]
     worker_inputs = [torch.randn(8, device=device) for _ in range(3)]
     errors = []
+    worked, reported = threading.Event(), threading.Event()
 
     def work():
         try:
@@ -164,14 +167,19 @@ def test_each_thread_has_its_own_tree_in_the_report(device):
                 compiled(x)
         except Exception as error:  # reported below, in the test's thread
             errors.append(error)
+        worked.set()
+        reported.wait()  # a thread's tree ends with the thread
 
     for x in main_inputs:
         compiled(x)
     worker = threading.Thread(target=work, name="report-worker")
     worker.start()
+    worked.wait()
+    report = inductor_xpugraph.report()
+    reported.set()
     worker.join()
     assert not errors
-    trees = {tree.thread: tree for tree in inductor_xpugraph.report().trees if tree.roots}
+    trees = {tree.thread: tree for tree in report.trees if tree.roots}
     assert {threading.current_thread().name, "report-worker"} <= set(trees)
     for thread in (threading.current_thread().name, "report-worker"):
         (root,) = trees[thread].roots

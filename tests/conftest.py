@@ -5,6 +5,7 @@ Every test that compiles runs against its own runtime state (``inductor_xpugraph
 depend on the order tests run in or on the developer's ~/.cache.
 """
 
+import gc
 import os
 import tempfile
 
@@ -17,6 +18,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
+from inductor_xpugraph.trees.tree import all_trees
 
 
 def pytest_addoption(parser):
@@ -72,10 +74,6 @@ def _fresh_runtime(name, checkpointing):
 def reset_and_check_nothing_is_left():
     """Teardown, as upstream's tests do it: after ``reset()`` no tree holds a node, the pools
     hold no bytes, and on cuda no segment of a pool our trees used is left."""
-    import gc
-
-    from inductor_xpugraph.trees.tree import all_trees
-
     pools = [tree._pool.handle for tree in all_trees() if hasattr(tree._pool, "handle")]
     torch._dynamo.reset()
     inductor_xpugraph.reset()

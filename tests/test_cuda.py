@@ -1,6 +1,8 @@
 """Behaviour only a real device shows: Inductor's own trees stay out, captures never nest,
 graph partitions around CPU work each replay. Marked ``gpu``; skipped without cuda."""
 
+import copy
+
 import pytest
 import torch
 import torch._inductor.cudagraph_trees as upstream_trees
@@ -100,6 +102,27 @@ def test_two_shapes_replay_correctly_while_sharing_pool_memory(cuda_device):
     assert tree.memory.name == "allocator_checkpointing"
     # Only the branch recorded last (256 x 256) holds memory; the other one reuses it.
     assert stats["pool_bytes"] == 256 * 256 * 4
+
+
+def test_captures_leave_cublas_workspaces_outside_the_pool(cuda_device, caplog):
+    # cuBLAS allocates a workspace per (handle, stream) on first use; each tree has a capture
+    # stream of its own, so its first capture of a matmul would allocate one. In the pool,
+    # checkpointing would meet an allocation that is no graph's output and fall back.
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).cuda()
+    reference = copy.deepcopy(model)
+    with inductor_xpugraph.config.patch(allocator_checkpointing=True):
+        inductor_xpugraph.reset()
+        compiled = torch.compile(model, mode="reduce-overhead")
+        for _ in range(4):
+            x = torch.randn(16, 64, device="cuda")
+            compiled(x).square().sum().backward()
+            reference(x).square().sum().backward()
+        stats = inductor_xpugraph.stats()
+    (tree,) = [t for t in all_trees() if t.nodes()]
+    assert stats["records"] == 2 and tree.memory.name == "allocator_checkpointing"
+    assert "holds memory that is not an output" not in caplog.text
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
 
 
 def test_owned_outputs_keep_every_branch_allocated(cuda_device):

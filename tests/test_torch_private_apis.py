@@ -46,7 +46,6 @@ PRIVATE_APIS = [
 
 # trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.
 CUDA_PRIVATE_APIS = [
-    "torch._C._cuda_clearCublasWorkspaces",
     "torch._C._cuda_getCheckpointState",
     "torch._C._cuda_setCheckpointPoolState",
     "torch._C._cuda_checkPoolLiveAllocations",

@@ -7,25 +7,27 @@ offers the checkpoint operations of ``trees.memory.CheckpointedPool``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 
 from .device_graphs import DeviceGraphBackend
 
 
-@contextlib.contextmanager
-def _fresh_cublas_workspaces() -> Iterator[None]:
-    # cuBLAS keeps a workspace per (handle, stream), allocated on first use and kept for the
-    # life of the process. Cleared around warmups and captures, a workspace is allocated
-    # where the run allocates (the pool, during a capture: scratch of that graph) and freed
-    # afterwards, instead of pinning tens of MiB per stream. Upstream's trees do the same.
-    torch._C._cuda_clearCublasWorkspaces()
-    try:
-        yield
-    finally:
-        torch._C._cuda_clearCublasWorkspaces()
+def _allocate_blas_workspaces(stream: torch.cuda.Stream, device_index: int) -> None:
+    """Give this thread's cuBLAS handles their workspaces for ``stream`` now, outside the pool.
+
+    cuBLAS(Lt) keeps one workspace per (handle, stream), allocated on first use and kept for
+    the life of the process. Allocated inside a capture it would lie in the graph pool, held
+    there for good. So a matmul and an addmm with a bias (cuBLASLt) run on the capture stream
+    before each capture (they allocate nothing after the first time on a thread). (Upstream's trees instead call
+    ``torch._C._cuda_clearCublasWorkspaces()`` around warmups and captures. We did too, until it
+    gave wrong gradients without any graph: Inductor's code, compiled without graphs, with
+    that call between its forward and backward, returned a wrong first-layer bias gradient in
+    6 of 9 trials on the H100 (``benchmarks/dynamic_training_check.py``). It is not called.)
+    """
+    with torch.cuda.device(device_index), torch.cuda.stream(stream):
+        square = torch.ones(2, 2, device=f"cuda:{device_index}")
+        torch.mm(square, square)
+        torch.addmm(square[0], square, square)
 
 
 class CudaGraphBackend(DeviceGraphBackend):
@@ -38,13 +40,9 @@ class CudaGraphBackend(DeviceGraphBackend):
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
 
-    def warmup(self, fn, args):
-        with _fresh_cublas_workspaces():
-            return fn(args)
-
     def capture(self, fn, args, pool, place_inputs):
-        with _fresh_cublas_workspaces():
-            return super().capture(fn, args, pool, place_inputs)
+        _allocate_blas_workspaces(self.capture_stream, self.device_index)
+        return super().capture(fn, args, pool, place_inputs)
 
     def checkpoint_pool(self, pool):
         return torch._C._cuda_getCheckpointState(self.device_index, pool.handle)

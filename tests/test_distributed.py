@@ -1,0 +1,165 @@
+"""Collectives inside graphs, on the ``torch.distributed`` stack users already run.
+
+Two ranks, each in its own process (``torch.multiprocessing.spawn``), each with its own tree:
+- tensor parallelism with functional collectives (as gpt-fast does): a Megatron-style MLP
+  block, column-parallel then row-parallel, whose partial results are all-reduced inside the
+  compiled (and graphed) code;
+- data parallelism: ``DDP(torch.compile(model))``, whose reducer all-reduces the gradients the
+  graphed backward produced.
+
+On the CPU (CI) the ranks use ``gloo`` and the emulator: the collectives run at every replay
+because the emulator re-runs the code. With two cuda devices (``-m multigpu``, the 2-GPU
+machine) the ranks use ``nccl``, and the profiler checks that a replay issues the all-reduce
+from inside the graph: NCCL's kernel runs, the host-side op does not.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+WORLD = 2
+STEPS = 5
+
+_TWO_GPUS = [
+    pytest.mark.multigpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.device_count() < WORLD,
+        reason=f"needs {WORLD} cuda devices",
+    ),
+]
+SETUPS = [
+    pytest.param(("cpu", False), id="gloo-cpu", marks=pytest.mark.slow),
+    pytest.param(("cuda", True), id="nccl-cuda-checkpointing", marks=_TWO_GPUS),
+    pytest.param(("cuda", False), id="nccl-cuda-owned-outputs", marks=_TWO_GPUS),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(worker, device_type: str, checkpointing: bool) -> None:
+    """Run ``worker(rank, device)`` on every rank; a rank's failure fails the test."""
+    if not dist.is_available():
+        pytest.skip("this torch build has no torch.distributed")
+    mp.spawn(
+        _rank_main, args=(worker, device_type, checkpointing, _free_port()), nprocs=WORLD
+    )
+
+
+def _rank_main(rank, worker, device_type, checkpointing, port):
+    import inductor_xpugraph
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    if device_type == "cuda":
+        torch.cuda.set_device(rank)
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=WORLD)
+    device = f"cuda:{rank}" if device_type == "cuda" else "cpu"
+    try:
+        inductor_xpugraph.enable(device_type)
+        with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
+            worker(rank, device)
+    finally:
+        dist.destroy_process_group()
+
+
+# -- tensor parallelism --------------------------------------------------------------------------
+
+
+def _tensor_parallel_mlp(rank: int, device: str):
+    """Full weights (for the reference) and this rank's step: column-parallel ``w1``,
+    row-parallel ``w2``, one all-reduce of the partial outputs."""
+    import torch.distributed._functional_collectives as funcol
+
+    torch.manual_seed(0)  # the same full weights on every rank
+    w1 = torch.randn(128, 64, device=device) / 8
+    w2 = torch.randn(64, 128, device=device) / 8
+    w1_shard = w1.chunk(WORLD, dim=0)[rank].clone()
+    w2_shard = w2.chunk(WORLD, dim=1)[rank].clone()
+
+    def step(x):
+        partial = torch.nn.functional.gelu(x @ w1_shard.T) @ w2_shard.T
+        return funcol.all_reduce(partial, "sum", dist.group.WORLD) + x
+
+    def reference(x):
+        return torch.nn.functional.gelu(x @ w1.T) @ w2.T + x
+
+    return step, reference
+
+
+def _tensor_parallel_worker(rank: int, device: str) -> None:
+    import inductor_xpugraph
+
+    step, reference = _tensor_parallel_mlp(rank, device)
+    compiled = torch.compile(step, mode="reduce-overhead")
+    inputs = torch.Generator(device=device).manual_seed(1)  # the same batch on every rank
+    for _ in range(STEPS):
+        x = torch.randn(8, 64, device=device, generator=inputs)
+        torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"]) == (1, STEPS - 2), stats
+    assert not stats["skip_reasons"], stats["skip_reasons"]
+    if device.startswith("cuda"):
+        _assert_replay_all_reduces_inside_the_graph(compiled, x)
+
+
+def _assert_replay_all_reduces_inside_the_graph(compiled, x) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        compiled(x)
+        torch.cuda.synchronize()
+    names = [event.name for event in profiler.events()]
+    assert any("nccl" in name.lower() for name in names), "no NCCL kernel ran in the replay"
+    host_ops = [name for name in names if "all_reduce" in name and "nccl" not in name.lower()]
+    assert not host_ops, f"the replay ran the all-reduce from the host: {host_ops}"
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_tensor_parallel_step_replays_its_all_reduce_and_matches_eager(setup):
+    _spawn(_tensor_parallel_worker, *setup)
+
+
+# -- data parallelism ----------------------------------------------------------------------------
+
+
+def _data_parallel_worker(rank: int, device: str) -> None:
+    import inductor_xpugraph
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)
+    ).to(device)
+    reference = DDP(copy.deepcopy(model))
+    compiled = DDP(torch.compile(model, mode="reduce-overhead"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    batches = torch.Generator(device=device).manual_seed(10 + rank)  # each rank its own data
+    for _ in range(STEPS):
+        x = torch.randn(16, 64, device=device, generator=batches)
+        for net, opt in ((compiled, optimizer), (reference, reference_optimizer)):
+            net(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        for p, q in zip(model.parameters(), reference.module.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2 and stats["replays"] >= 2 * (STEPS - 2), stats
+    assert not stats["skip_reasons"], stats["skip_reasons"]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_ddp_of_a_graphed_model_trains_like_eager_ddp(setup):
+    _spawn(_data_parallel_worker, *setup)

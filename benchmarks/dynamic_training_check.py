@@ -76,8 +76,7 @@ def one_trial(variant: str, seed: int, snapshot: bool) -> dict:
                     first = torch.isclose(at_once[index], q.grad, rtol=1.3e-6, atol=1e-5)
                     when = "computed wrong" if not first.all() else "changed after the backward"
                 wrong.append(
-                    f"step {step} parameter {index}: {int((~close).sum())}/{close.numel()} "
-                    f"({when})"
+                    f"step {step} parameter {index}: {int((~close).sum())}/{close.numel()} ({when})"
                 )
         model.zero_grad(set_to_none=True)
         reference.zero_grad(set_to_none=True)
@@ -87,8 +86,12 @@ def one_trial(variant: str, seed: int, snapshot: bool) -> dict:
 
         stats = inductor_xpugraph.stats()
         counters = {k: stats[k] for k in ("records", "replays", "handovers", "fallbacks")}
-    return {"failed_steps": sorted(set(failed_steps)), "worst": worst, "wrong": wrong,
-            "counters": counters}
+    return {
+        "failed_steps": sorted(set(failed_steps)),
+        "worst": worst,
+        "wrong": wrong,
+        "counters": counters,
+    }
 
 
 def child(
@@ -143,7 +146,9 @@ def main() -> None:
         child(args.child, args.trials, not args.no_gc, args.keep_cublas_workspaces, args.snapshot)
         return
     caches = "empty caches" if args.cold else "caches as found"
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.trials} trials, {caches}")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.trials} trials, {caches}"
+    )
     for variant in args.variants:
         env = dict(os.environ)
         if args.cold:
@@ -165,8 +170,10 @@ def main() -> None:
         detail = "; ".join(
             f"seed {seed}: {', '.join(r['wrong'])} {r['counters'] or ''}" for seed, r in failing
         )
-        print(f"{variant}: {len(failing)}/{len(results)} trials wrong, largest difference "
-              f"{worst:.2e}{': ' + detail if detail else ''}")
+        print(
+            f"{variant}: {len(failing)}/{len(results)} trials wrong, largest difference "
+            f"{worst:.2e}{': ' + detail if detail else ''}"
+        )
 
 
 if __name__ == "__main__":

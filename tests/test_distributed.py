@@ -51,9 +51,7 @@ def _spawn(worker, device_type: str, checkpointing: bool) -> None:
     """Run ``worker(rank, device)`` on every rank; a rank's failure fails the test."""
     if not dist.is_available():
         pytest.skip("this torch build has no torch.distributed")
-    mp.spawn(
-        _rank_main, args=(worker, device_type, checkpointing, _free_port()), nprocs=WORLD
-    )
+    mp.spawn(_rank_main, args=(worker, device_type, checkpointing, _free_port()), nprocs=WORLD)
 
 
 def _rank_main(rank, worker, device_type, checkpointing, port):
@@ -135,8 +133,9 @@ def test_a_tensor_parallel_step_replays_its_all_reduce_and_matches_eager(setup):
 
 
 def _data_parallel_worker(rank: int, device: str) -> None:
-    import inductor_xpugraph
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import inductor_xpugraph
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(

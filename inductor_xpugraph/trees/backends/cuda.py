@@ -18,11 +18,13 @@ def _allocate_blas_workspaces(stream: torch.cuda.Stream, device_index: int) -> N
     cuBLAS(Lt) keeps one workspace per (handle, stream), allocated on first use and kept for
     the life of the process. Allocated inside a capture it would lie in the graph pool, held
     there for good. So a matmul and an addmm with a bias (cuBLASLt) run on the capture stream
-    before each capture (they allocate nothing after the first time on a thread). (Upstream's trees instead call
-    ``torch._C._cuda_clearCublasWorkspaces()`` around warmups and captures. We did too, until it
-    gave wrong gradients without any graph: Inductor's code, compiled without graphs, with
-    that call between its forward and backward, returned a wrong first-layer bias gradient in
-    6 of 9 trials on the H100 (``benchmarks/dynamic_training_check.py``). It is not called.)
+    before each capture (they allocate nothing after the first time on a thread).
+
+    Upstream's trees instead call ``torch._C._cuda_clearCublasWorkspaces()`` around warmups
+    and captures. We did too, until it gave wrong gradients without any graph: Inductor's
+    code, compiled without graphs, with that call between its forward and backward, returned
+    a wrong first-layer bias gradient in 6 of 9 trials on the H100
+    (``benchmarks/dynamic_training_check.py``). It is not called.
     """
     with torch.cuda.device(device_index), torch.cuda.stream(stream):
         square = torch.ones(2, 2, device=f"cuda:{device_index}")

@@ -1,0 +1,307 @@
+"""Graphs with collectives inside, on two ranks: a tensor-parallel decode step and DDP training.
+
+    PYTHONPATH=. python3 benchmarks/distributed.py [--device cuda|cpu] [--steps 200]
+
+runs every variant in its own ``torchrun --nproc-per-node 2`` launch (one process group per
+variant) and prints one table. One variant by hand:
+
+    PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --child ours
+
+Workloads (random weights, the same on every variant):
+- ``tp_decode``: a decoder of 4 blocks sharded gpt-fast style over the ranks: column-parallel
+  QKV and MLP-up, row-parallel attention-out and MLP-down, each followed by a functional
+  all-reduce; a static KV cache (module buffers) written at the step's position. One call is
+  one token for a batch of 4. *pipelined*: steps issued back to back, time per step over
+  the run; *synchronized*: each step's result read on the host before the next, as a
+  decode loop that checks for a stop token does.
+- ``ddp_train``: ``DDP(torch.compile(model))`` (the reducer all-reduces the gradients the
+  graphed backward produced), an MLP of 4 layers of 1024, AdamW, batch 64 per rank; every
+  step reads the loss on the host. The losses of all steps are compared with eager DDP's.
+
+Variants: ``eager``, ``inductor`` (``torch.compile`` default mode), ``upstream`` (reduce-
+overhead, upstream's CUDA Graph Trees), ``ours`` and ``ours_portable`` (this package with
+allocator checkpointing, and with owned outputs). *peak MiB*: rank 0's peak allocated memory
+above what was allocated before the workload was built. On the CPU (gloo) the variants run
+Inductor's CPU code and ours the emulator: a check that everything runs, not a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+VARIANTS = ("eager", "inductor", "upstream", "ours", "ours_portable")
+WORKLOADS = ("tp_decode", "ddp_train")
+
+
+# -- the variant -------------------------------------------------------------------------------
+
+
+def select(variant: str, device_type: str) -> None:
+    import inductor_xpugraph
+
+    if variant.startswith("ours"):
+        inductor_xpugraph.enable(device_type)
+        inductor_xpugraph.config.allocator_checkpointing = variant == "ours"
+    else:
+        inductor_xpugraph.disable(device_type)
+
+
+def compile_for(variant: str, fn):
+    if variant == "eager":
+        return fn
+    return torch.compile(fn, mode=None if variant == "inductor" else "reduce-overhead")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def allocated(device: torch.device) -> int:
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def peak(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+
+
+# -- tensor-parallel decode --------------------------------------------------------------------
+
+
+class ShardedBlock(torch.nn.Module):
+    """One decoder block holding this rank's shard of the heads and of the MLP."""
+
+    def __init__(self, dim: int, heads: int, batch: int, max_seq: int, world: int) -> None:
+        super().__init__()
+        self.local_heads, self.head_dim = heads // world, dim // heads
+        local = self.local_heads * self.head_dim
+        self.norm1, self.norm2 = torch.nn.RMSNorm(dim), torch.nn.RMSNorm(dim)
+        self.wqkv = torch.nn.Linear(dim, 3 * local, bias=False)  # column-parallel
+        self.wo = torch.nn.Linear(local, dim, bias=False)  # row-parallel
+        self.up = torch.nn.Linear(dim, 4 * dim // world, bias=False)  # column-parallel
+        self.down = torch.nn.Linear(4 * dim // world, dim, bias=False)  # row-parallel
+        cache = (batch, self.local_heads, max_seq, self.head_dim)
+        self.register_buffer("k_cache", torch.zeros(cache), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(cache), persistent=False)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        import torch.distributed._functional_collectives as funcol
+
+        batch = x.shape[0]
+        q, k, v = self.wqkv(self.norm1(x)).split(self.local_heads * self.head_dim, dim=-1)
+        q, k, v = (
+            t.view(batch, 1, self.local_heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )
+        self.k_cache.index_copy_(2, pos, k)
+        self.v_cache.index_copy_(2, pos, v)
+        attn = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
+        attn = attn.transpose(1, 2).reshape(batch, 1, -1)
+        x = x + funcol.all_reduce(self.wo(attn), "sum", dist.group.WORLD)
+        hidden = self.down(F.gelu(self.up(self.norm2(x))))
+        return x + funcol.all_reduce(hidden, "sum", dist.group.WORLD)
+
+
+class ShardedDecoder(torch.nn.Module):
+    def __init__(self, world: int, dim=512, heads=8, layers=4, batch=4, max_seq=512) -> None:
+        super().__init__()
+        self.max_seq = max_seq
+        self.blocks = torch.nn.ModuleList(
+            ShardedBlock(dim, heads, batch, max_seq, world) for _ in range(layers)
+        )
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        mask = (torch.arange(self.max_seq, device=x.device) <= pos).view(1, 1, 1, -1)
+        for block in self.blocks:
+            x = block(x, pos, mask)
+        return x
+
+
+@torch.no_grad()
+def tp_decode(variant: str, device: torch.device, steps: int) -> dict:
+    torch.manual_seed(dist.get_rank())  # each rank its own shard
+    before = allocated(device)
+    model = ShardedDecoder(dist.get_world_size()).to(device)
+    step = compile_for(variant, model)
+    torch.manual_seed(0)  # the same activations on every rank
+    x = torch.randn(4, 1, 512, device=device)
+    positions = [torch.tensor([i % model.max_seq], device=device) for i in range(steps)]
+    first_start = time.perf_counter()
+    out = step(x, positions[0])
+    sync(device)
+    first = time.perf_counter() - first_start
+    for pos in positions[1:3]:  # warmup and record
+        out = step(x, pos)
+    sync(device)
+    start = time.perf_counter()
+    for pos in positions[3:]:
+        out = step(x, pos)
+    sync(device)
+    pipelined = (time.perf_counter() - start) / (steps - 3)
+    start = time.perf_counter()
+    for pos in positions[3:]:
+        out = step(x, pos)
+        checksum = out[0, 0, 0].item()  # the host reads each step's result
+    synchronized = (time.perf_counter() - start) / (steps - 3)
+    return {
+        "pipelined ms": pipelined * 1e3,
+        "synchronized ms": synchronized * 1e3,
+        "first s": first,
+        "peak MiB": (peak(device) - before) / 2**20,
+        "result": f"{checksum:.5f}",
+    }
+
+
+# -- data-parallel training --------------------------------------------------------------------
+
+
+def ddp_train(variant: str, device: torch.device, steps: int) -> dict:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    before = allocated(device)
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).to(device)
+    ddp = DDP(
+        compile_for(variant, model), device_ids=[device.index] if device.type == "cuda" else None
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
+    losses, times = [], []
+    for _ in range(steps):
+        x = torch.randn(64, 1024, device=device, generator=data)
+        start = time.perf_counter()
+        loss = ddp(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        times.append(time.perf_counter() - start)
+    steady = sorted(times[3:])[len(times[3:]) // 2]
+    return {
+        "step ms": steady * 1e3,
+        "first s": times[0],
+        "peak MiB": (peak(device) - before) / 2**20,
+        "losses": losses,
+    }
+
+
+# -- one variant under torchrun ----------------------------------------------------------------
+
+
+def child(variant: str, device_type: str, workloads: list[str], steps: int) -> None:
+    rank = int(os.environ["RANK"])
+    if device_type == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    device = (
+        torch.device(device_type, torch.cuda.current_device())
+        if device_type == "cuda"
+        else torch.device("cpu")
+    )
+    select(variant, device_type)
+    results = {}
+    for workload in workloads:
+        torch._dynamo.reset()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        results[workload] = (tp_decode if workload == "tp_decode" else ddp_train)(
+            variant, device, steps
+        )
+        if variant.startswith("ours"):
+            import inductor_xpugraph
+
+            stats = inductor_xpugraph.stats()
+            results[workload]["ours"] = {k: stats[k] for k in ("records", "replays", "fallbacks")}
+            results[workload]["ours"]["skips"] = list(stats["skip_reasons"])
+            inductor_xpugraph.reset()
+    dist.barrier()
+    if rank == 0:
+        print("RESULT " + json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.device, args.workloads, args.steps)
+        return
+    describe = f"torch {torch.__version__}"
+    if args.device == "cuda":
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        describe = f"{torch.cuda.get_device_name()} x2, {describe}, NCCL {nccl}"
+    print(f"{describe}, {args.steps} steps per workload")
+    rows = {}
+    for variant in args.variants:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "--master-port", str(_free_port()), __file__, "--child", variant,
+            "--device", args.device, "--steps", str(args.steps), "--workloads", *args.workloads,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        if done.returncode != 0 or not lines:
+            print(f"{variant}: failed (rc {done.returncode})\n{done.stderr[-3000:]}")
+            continue
+        rows[variant] = json.loads(lines[-1][len("RESULT ") :])
+    report(rows, args.workloads)
+
+
+def report(rows: dict, workloads: list[str]) -> None:
+    eager_losses = rows.get("eager", {}).get("ddp_train", {}).get("losses")
+    for workload in workloads:
+        print(f"\n{workload}")
+        if workload == "tp_decode":
+            columns = "pipelined ms/step | synchronized ms/step | 1st s | peak MiB | result"
+        else:
+            columns = "ms/step | 1st s | peak MiB | losses equal eager DDP's"
+        print(f"| variant | {columns} | ours: records / replays / fallbacks |")
+        print("|---" * (columns.count("|") + 3) + "|")
+        for variant, results in rows.items():
+            r = results[workload]
+            ours = r.get("ours")
+            counts = f"{ours['records']} / {ours['replays']} / {ours['fallbacks']}" if ours else ""
+            if ours and ours["skips"]:
+                counts += f" (skipped: {'; '.join(ours['skips'])[:200]})"
+            if workload == "tp_decode":
+                print(
+                    f"| {variant} | {r['pipelined ms']:.3f} | {r['synchronized ms']:.3f} | "
+                    f"{r['first s']:.1f} | {r['peak MiB']:.1f} | {r['result']} | {counts} |"
+                )
+            else:
+                if eager_losses is None:
+                    same = "-"
+                else:
+                    worst = max(abs(a - b) for a, b in zip(r["losses"], eager_losses))
+                    same = "yes" if worst == 0 else f"max difference {worst:.1e}"
+                print(
+                    f"| {variant} | {r['step ms']:.3f} | {r['first s']:.1f} | "
+                    f"{r['peak MiB']:.1f} | {same} | {counts} |"
+                )
+
+
+if __name__ == "__main__":
+    main()

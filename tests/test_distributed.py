@@ -130,6 +130,27 @@ def test_a_tensor_parallel_step_replays_its_all_reduce_and_matches_eager(setup):
     _spawn(_tensor_parallel_worker, *setup)
 
 
+def _staggered_capture_worker(rank: int, device: str) -> None:
+    """Rank 1 warms up one call longer, so it runs its all-reduce eagerly while rank 0
+    captures its own, and replays from the call after: the collectives still pair up."""
+    import inductor_xpugraph
+
+    step, reference = _tensor_parallel_mlp(rank, device)
+    with inductor_xpugraph.config.patch(warmup_runs=1 + rank):
+        compiled = torch.compile(step, mode="reduce-overhead")
+        inputs = torch.Generator(device=device).manual_seed(1)
+        for _ in range(STEPS):
+            x = torch.randn(8, 64, device=device, generator=inputs)
+            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"]) == (1, STEPS - 2 - rank), stats
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_ranks_that_capture_at_different_calls_stay_in_step(setup):
+    _spawn(_staggered_capture_worker, *setup)
+
+
 # -- data parallelism ----------------------------------------------------------------------------
 
 

@@ -5,7 +5,11 @@ the whole runtime, and real Inductor-generated CPU code, can be exercised on a m
 without an accelerator:
 
 - capture runs the callable once while the generated module's ``empty_strided_cpu`` is
-  routed to a recorder, so every buffer it allocates belongs to the graph ("the pool");
+  routed to a recorder, so every buffer it allocates belongs to the graph ("the pool"). That
+  run, on the real input values, stands in for the first replay, which therefore does nothing:
+  a device's capture executes nothing and its first replay everything, and here too every
+  side effect of a recording call (input mutations, random draws, collectives with other
+  processes) happens exactly once. A capture that raises puts its inputs and the RNG back;
 - replay runs the callable again with the same static arguments while ``empty_strided_cpu``
   hands back those same buffers in the same order: kernels write into the memory captured,
   exactly as a real replay does. A different allocation sequence is an error.
@@ -54,6 +58,8 @@ class EmulatedGraph:
         self.buffers: list[torch.Tensor] = []
         self._buffer_specs: list[tuple[Any, ...]] = []
         self._outputs: Any = None
+        # True from a capture to the first replay, whose results the capture run produced.
+        self._ran_at_capture = False
 
     def capture(self) -> Any:
         real_alloc = self._module_globals[_ALLOCATOR_NAME]
@@ -64,16 +70,14 @@ class EmulatedGraph:
             self._buffer_specs.append((tuple(size), tuple(stride), dtype))
             return buffer
 
-        # A device capture draws no random numbers (its replays do): the capture run's draws
-        # are undone, so that a recording call consumes the generator as one run does.
-        rng_state = torch.get_rng_state()
-        try:
-            self._outputs = self._run_with_allocator(record)
-        finally:
-            torch.set_rng_state(rng_state)
+        self._outputs = self._run_with_allocator(record)
+        self._ran_at_capture = True
         return self._outputs
 
     def replay(self) -> None:
+        if self._ran_at_capture:  # the capture's run was this replay's work (module docstring)
+            self._ran_at_capture = False
+            return
         next_buffer = iter(zip(self.buffers, self._buffer_specs))
 
         def reuse(size, stride, dtype):
@@ -127,22 +131,26 @@ class CpuEmulationBackend(GraphBackend):
     ) -> tuple[EmulatedGraph, Any]:
         place_inputs(args)  # the emulated graph keeps what it allocates, as its buffers
         graph = EmulatedGraph(fn, args)
-        # The emulated capture really runs the callable, a real one executes nothing: every
-        # input it may write to (mutated parameters, buffers Inductor reuses in place, such
-        # as donated saved activations) is put back afterwards.
+        # The capture's run is the recording call's one run (module docstring). If it raises,
+        # a device capture would have executed nothing: every input it may have written to
+        # (mutated parameters, buffers Inductor reuses in place) and the RNG are put back.
         storages = {
             t.untyped_storage().data_ptr(): t.untyped_storage()
             for t in args
             if isinstance(t, torch.Tensor)
         }
         saved = [(storage, storage.clone()) for storage in storages.values()]
+        rng_state = torch.get_rng_state()
         self._capturing.active = True
         try:
             outputs = graph.capture()
-        finally:
-            self._capturing.active = False
+        except BaseException:
             for storage, before in saved:
                 storage.copy_(before)
+            torch.set_rng_state(rng_state)
+            raise
+        finally:
+            self._capturing.active = False
         return graph, outputs
 
     def is_capturing(self) -> bool:

@@ -186,3 +186,56 @@ def _data_parallel_worker(rank: int, device: str) -> None:
 @pytest.mark.parametrize("setup", SETUPS)
 def test_ddp_bucketed_graphs_replay_as_a_chain_and_train_like_eager_ddp(setup):
     _spawn(_data_parallel_worker, *setup)
+
+
+# -- fully sharded data parallelism (FSDP2) ------------------------------------------------------
+
+
+def _fsdp_worker(rank: int, device: str) -> None:
+    """FSDP2 as torchtitan uses it with torch.compile: each layer sharded, each layer's forward
+    compiled. FSDP frees a layer's gathered parameters after its forward and gathers them
+    again, into new memory, for its backward."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(3)]).to(device)
+    reference = copy.deepcopy(model)
+    for net in (model, reference):
+        for layer in net:
+            fully_shard(layer)
+        fully_shard(net)
+    for layer in model:
+        layer.forward = torch.compile(layer.forward, mode="reduce-overhead")
+    batches = torch.Generator(device=device).manual_seed(10 + rank)
+    for _ in range(STEPS):
+        x = torch.randn(8, 64, device=device, generator=batches)
+        model(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor())
+        model.zero_grad()
+        reference.zero_grad()
+
+
+FSDP_SETUPS = [
+    pytest.param(
+        ("cpu", False),
+        id="gloo-cpu",
+        marks=[
+            pytest.mark.slow,
+            pytest.mark.xfail(
+                strict=True,
+                reason="known silent corruption on the emulator (session 12, not diagnosed): "
+                "the first two layers' gradients are garbage from the first step when FSDP "
+                "reshards after forward; right with reshard_after_forward=False",
+            ),
+        ],
+    ),
+    *SETUPS[1:],
+]
+
+
+@pytest.mark.parametrize("setup", FSDP_SETUPS)
+def test_fsdp2_with_compiled_layers_trains_like_eager_fsdp(setup):
+    _spawn(_fsdp_worker, *setup)
+

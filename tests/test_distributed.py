@@ -238,4 +238,3 @@ FSDP_SETUPS = [
 @pytest.mark.parametrize("setup", FSDP_SETUPS)
 def test_fsdp2_with_compiled_layers_trains_like_eager_fsdp(setup):
     _spawn(_fsdp_worker, *setup)
-

@@ -5,6 +5,9 @@ The conformance test ``test_dynamic_sizes_in_training`` (an MLP compiled with
 step) failed intermittently on the H100 for our trees and for upstream's alike. This runs
 the same loop ``--trials`` times per variant, each variant in a fresh process, and counts
 the trials whose gradients differ from eager's; Inductor without graphs is the control.
+It found the cause: ``torch._C._cuda_clearCublasWorkspaces()``, which our cuda backend called
+around warmups and captures until 3887713 (and upstream's trees call): Inductor without graphs
+goes wrong the same way with it (``inductor_clearing``). See RESULTS.md, session 12.
 
     PYTHONPATH=. python3 benchmarks/dynamic_training_check.py --trials 20 [--cold]
 
@@ -24,7 +27,7 @@ import tempfile
 import torch
 
 # inductor_clearing: Inductor without graphs, clearing cuBLAS workspaces around the forward
-# and the backward as our cuda backend does around warmups (the allocation history changes).
+# and the backward, as our cuda backend did around warmups and captures before 3887713.
 VARIANTS = ("inductor", "inductor_clearing", "upstream", "ours", "ours_portable")
 BATCHES = (4, 6, 8, 4, 6, 8, 4)
 
@@ -94,15 +97,7 @@ def one_trial(variant: str, seed: int, snapshot: bool) -> dict:
     }
 
 
-def child(
-    variant: str, trials: int, collect_cycles: bool, keep_workspaces: bool, snapshot: bool
-) -> None:
-    if keep_workspaces:  # the cuda backend clears cuBLAS workspaces around warmups/captures
-        import contextlib
-
-        from inductor_xpugraph.trees.backends import cuda
-
-        cuda._fresh_cublas_workspaces = contextlib.nullcontext
+def child(variant: str, trials: int, collect_cycles: bool, snapshot: bool) -> None:
     if not collect_cycles:
         import gc
 
@@ -132,10 +127,6 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--no-gc", action="store_true", help="no cycle collection in the loop")
     parser.add_argument(
-        "--keep-cublas-workspaces", action="store_true",
-        help="ours: do not clear cuBLAS workspaces around warmups and captures",
-    )  # fmt: skip
-    parser.add_argument(
         "--snapshot", action="store_true",
         help="copy the gradients right after the backward, to tell wrong from overwritten "
         "(the copies change the allocation history, which hid the failures)",
@@ -143,7 +134,7 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.trials, not args.no_gc, args.keep_cublas_workspaces, args.snapshot)
+        child(args.child, args.trials, not args.no_gc, args.snapshot)
         return
     caches = "empty caches" if args.cold else "caches as found"
     print(
@@ -157,7 +148,6 @@ def main() -> None:
         done = subprocess.run(
             [sys.executable, __file__, "--child", variant, "--trials", str(args.trials)]
             + (["--no-gc"] if args.no_gc else [])
-            + (["--keep-cublas-workspaces"] if args.keep_cublas_workspaces else [])
             + (["--snapshot"] if args.snapshot else []),
             capture_output=True, text=True, env=env,
         )  # fmt: skip

@@ -151,13 +151,42 @@ class CpuEmulationBackend(GraphBackend):
             raise
         finally:
             self._capturing.active = False
-        return graph, outputs
+        return graph, _over_callers_inputs(graph, outputs, args, set(place_inputs.indices))
 
     def is_capturing(self) -> bool:
         return getattr(self._capturing, "active", False)
 
     def synchronize(self) -> None:
         pass
+
+
+def _over_callers_inputs(graph: EmulatedGraph, outputs: Any, args: list[Any], copied: set[int]):
+    """The capture's outputs, with those over a static input rebuilt over that input's own
+    storage, as a device capture (which runs on the caller's tensors) returns them.
+
+    The emulated capture runs on tensors over the captured addresses, so a parameter that
+    the forward returns for its backward came out over a storage of its own, fixed to the
+    address. When the parameter's owner moved its memory in place (FSDP frees a layer's
+    gathered parameters after its forward and gathers them again for its backward), the
+    backward read freed memory: wrong gradients, on the emulator only.
+    """
+    aliased = {
+        graph._args[i].untyped_storage()._cdata: arg
+        for i, arg in enumerate(args)
+        if isinstance(arg, torch.Tensor) and i not in copied
+    }
+
+    def rebuilt(out: Any) -> Any:
+        if not isinstance(out, torch.Tensor):
+            return out
+        arg = aliased.get(out.untyped_storage()._cdata)
+        if arg is None:
+            return out
+        return alias_over(out, arg.untyped_storage())
+
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(rebuilt(out) for out in outputs)
+    return rebuilt(outputs)
 
 
 # Rebinding a module global is process-wide: one emulated run at a time.

@@ -96,15 +96,22 @@ def _tensor_parallel_mlp(rank: int, device: str):
     return step, reference
 
 
-def _tensor_parallel_worker(rank: int, device: str) -> None:
-    import inductor_xpugraph
-
+def _run_tensor_parallel_steps(rank: int, device: str):
+    """``STEPS`` calls of the compiled step, each equal to the unsharded reference; returns
+    the compiled step and the last batch."""
     step, reference = _tensor_parallel_mlp(rank, device)
     compiled = torch.compile(step, mode="reduce-overhead")
     inputs = torch.Generator(device=device).manual_seed(1)  # the same batch on every rank
     for _ in range(STEPS):
         x = torch.randn(8, 64, device=device, generator=inputs)
         torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+    return compiled, x
+
+
+def _tensor_parallel_worker(rank: int, device: str) -> None:
+    import inductor_xpugraph
+
+    compiled, x = _run_tensor_parallel_steps(rank, device)
     stats = inductor_xpugraph.stats()
     assert (stats["records"], stats["replays"]) == (1, STEPS - 2), stats
     assert not stats["skip_reasons"], stats["skip_reasons"]
@@ -135,13 +142,8 @@ def _staggered_capture_worker(rank: int, device: str) -> None:
     captures its own, and replays from the call after: the collectives still pair up."""
     import inductor_xpugraph
 
-    step, reference = _tensor_parallel_mlp(rank, device)
     with inductor_xpugraph.config.patch(warmup_runs=1 + rank):
-        compiled = torch.compile(step, mode="reduce-overhead")
-        inputs = torch.Generator(device=device).manual_seed(1)
-        for _ in range(STEPS):
-            x = torch.randn(8, 64, device=device, generator=inputs)
-            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+        _run_tensor_parallel_steps(rank, device)
     stats = inductor_xpugraph.stats()
     assert (stats["records"], stats["replays"]) == (1, STEPS - 2 - rank), stats
 

@@ -125,6 +125,28 @@ def test_captures_leave_cublas_workspaces_outside_the_pool(cuda_device, caplog):
         torch.testing.assert_close(p.grad, q.grad)
 
 
+def test_trees_after_resets_capture_on_one_stream_and_add_no_workspace(cuda_device):
+    # Each tree used to take a new capture stream, and cuBLAS keeps a workspace (32 MiB on
+    # an H100) per thread and stream for good: a process that resets and loads a model
+    # again grew by one workspace per reset, up to the 32 streams of torch's stream pool.
+    def one_model_after_a_reset():
+        torch._dynamo.reset()
+        inductor_xpugraph.reset()
+        compiled = torch.compile(torch.nn.Linear(64, 64).cuda(), mode="reduce-overhead")
+        for _ in range(3):
+            compiled(torch.randn(8, 64, device="cuda")).sum().backward()
+        (tree,) = [t for t in all_trees() if t.nodes()]
+        return tree.backend.capture_stream
+
+    first_stream = one_model_after_a_reset()
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    for _ in range(3):
+        assert one_model_after_a_reset() == first_stream
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - allocated < 2**20
+
+
 def test_owned_outputs_keep_every_branch_allocated(cuda_device):
     with inductor_xpugraph.config.patch(allocator_checkpointing=False):
         inductor_xpugraph.reset()

@@ -3,33 +3,87 @@
 Used to validate the runtime on real hardware (NVIDIA H100/H200) side by side with upstream's
 CUDA Graph Trees. The CUDA caching allocator can checkpoint a pool, so this backend also
 offers the checkpoint operations of ``trees.memory.CheckpointedPool``.
+
+cuBLAS workspaces. cuBLAS(Lt) keeps one workspace per (handle, stream): handles are per
+thread, so the main thread and autograd's each get one for our capture stream, allocated
+on first use (32 MiB + 1 MiB on an H100). A captured matmul bakes its workspace's address
+into the graph, so the memory must stay reserved for as long as any graph that uses it can
+replay. Upstream's trees call ``torch._C._cuda_clearCublasWorkspaces()`` around warmups and
+captures; that frees *every* thread's and stream's workspaces, including those the caller's
+un-graphed code is using, and on the H100 it gave Inductor's code, with no graph at all,
+wrong gradients (``benchmarks/dynamic_training_check.py``). We never call it. What we do
+depends on the torch release, found out once per backend (``_graph_release_frees_workspaces``):
+
+- ``KEEP_OUTSIDE_POOL`` (torch 2.11): destroying a graph leaves the workspaces alone. Before
+  each capture, a small matmul and an addmm with a bias run on the capture stream, so this
+  thread's workspaces exist before the capture, outside the pool, and are kept for the
+  process's life: every graph on the stream shares them. Cost: one workspace per capturing
+  thread, held in the default pool.
+- ``FREE_AS_INTERMEDIATE`` (torch 2.15's ``CUDAGraph::reset`` calls
+  ``clearCublasWorkspacesForStream`` on its capture stream): destroying *any* graph captured
+  on our stream frees the workspaces every other graph on it still uses, so keeping them
+  outside the pool cannot work. Instead they are allocated inside each capture, in the pool,
+  and released right after it (by destroying an empty graph captured on the stream): the
+  workspace is then one more intermediate of the graph just captured, whose memory later
+  captures may reuse, as upstream's trees have it, without touching any other stream's.
 """
 
 from __future__ import annotations
+
+import enum
+import warnings
 
 import torch
 
 from .device_graphs import DeviceGraphBackend
 
 
+class WorkspacePolicy(enum.Enum):
+    KEEP_OUTSIDE_POOL = "keep the capture stream's workspaces outside the pool"
+    FREE_AS_INTERMEDIATE = "free the capture stream's workspaces after each capture"
+
+
 def _allocate_blas_workspaces(stream: torch.cuda.Stream, device_index: int) -> None:
-    """Give this thread's cuBLAS handles their workspaces for ``stream`` now, outside the pool.
-
-    cuBLAS(Lt) keeps one workspace per (handle, stream), allocated on first use and kept for
-    the life of the process. Allocated inside a capture it would lie in the graph pool, held
-    there for good. So a matmul and an addmm with a bias (cuBLASLt) run on the capture stream
-    before each capture (they allocate nothing after the first time on a thread).
-
-    Upstream's trees instead call ``torch._C._cuda_clearCublasWorkspaces()`` around warmups
-    and captures. We did too, until it gave wrong gradients without any graph: Inductor's
-    code, compiled without graphs, with that call between its forward and backward, returned
-    a wrong first-layer bias gradient in 6 of 9 trials on the H100
-    (``benchmarks/dynamic_training_check.py``). It is not called.
-    """
+    """Give this thread's cuBLAS and cuBLASLt handles their workspaces for ``stream``, now
+    (they allocate nothing once they exist)."""
     with torch.cuda.device(device_index), torch.cuda.stream(stream):
         square = torch.ones(2, 2, device=f"cuda:{device_index}")
         torch.mm(square, square)
         torch.addmm(square[0], square, square)
+
+
+def _release_graph_captured_on(stream: torch.cuda.Stream, device_index: int) -> None:
+    """Capture an empty graph on ``stream`` and destroy it: what a release of one of our
+    graphs does to the stream's workspaces, without releasing any of them."""
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the graph is empty"
+        with torch.cuda.device(device_index), torch.cuda.stream(stream):
+            graph.capture_begin(capture_error_mode="thread_local")
+            graph.capture_end()
+    del graph
+
+
+def _graph_release_frees_workspaces(stream: torch.cuda.Stream, device_index: int) -> bool:
+    """True when destroying a graph frees its capture stream's cuBLAS workspaces."""
+    _allocate_blas_workspaces(stream, device_index)
+    torch.cuda.synchronize(device_index)
+    held = torch.cuda.memory_allocated(device_index)
+    _release_graph_captured_on(stream, device_index)
+    return torch.cuda.memory_allocated(device_index) < held
+
+
+_workspace_policies: dict[int, WorkspacePolicy] = {}
+
+
+def _workspace_policy(stream: torch.cuda.Stream, device_index: int) -> WorkspacePolicy:
+    """This torch's policy for ``device_index``, found out on its first backend."""
+    if device_index not in _workspace_policies:
+        frees = _graph_release_frees_workspaces(stream, device_index)
+        _workspace_policies[device_index] = (
+            WorkspacePolicy.FREE_AS_INTERMEDIATE if frees else WorkspacePolicy.KEEP_OUTSIDE_POOL
+        )
+    return _workspace_policies[device_index]
 
 
 class CudaGraphBackend(DeviceGraphBackend):
@@ -39,12 +93,22 @@ class CudaGraphBackend(DeviceGraphBackend):
     capture_begin_kwargs = {"capture_error_mode": "thread_local"}
     supports_pool_checkpoints = True
 
+    def __init__(self, device_index: int) -> None:
+        super().__init__(device_index)
+        self.workspace_policy = _workspace_policy(self.capture_stream, device_index)
+
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
 
     def capture(self, fn, args, pool, place_inputs):
-        _allocate_blas_workspaces(self.capture_stream, self.device_index)
-        return super().capture(fn, args, pool, place_inputs)
+        if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
+            self.synchronize()  # nothing queued may be using what the allocation touches
+            _allocate_blas_workspaces(self.capture_stream, self.device_index)
+            return super().capture(fn, args, pool, place_inputs)
+        try:
+            return super().capture(fn, args, pool, place_inputs)
+        finally:  # (a failed capture's graph is destroyed, which frees them as well)
+            _release_graph_captured_on(self.capture_stream, self.device_index)
 
     def checkpoint_pool(self, pool):
         return torch._C._cuda_getCheckpointState(self.device_index, pool.handle)

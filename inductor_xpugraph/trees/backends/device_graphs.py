@@ -45,8 +45,10 @@ class DeviceGraphBackend(GraphBackend):
                 f"process sees {module.device_count()} {self.device_type} device(s)"
             )
         # Captures run on a dedicated stream, as upstream's trees do: the user's current
-        # stream is never put into capture mode.
-        self.capture_stream = module.Stream(device=device_index)
+        # stream is never put into capture mode. One per device for the process, shared by
+        # the trees that follow one another across resets: libraries keep per-stream state
+        # (cuBLAS a workspace per thread and stream) that a new stream would add to.
+        self.capture_stream = _capture_stream(module, device_index)
         # Checked before every replay: the module function itself, resolved once.
         self.is_capturing = module.is_current_stream_capturing
 
@@ -108,6 +110,16 @@ class DeviceGraphBackend(GraphBackend):
 
     def synchronize(self) -> None:
         self.device_module.synchronize(self.device_index)
+
+
+_capture_streams: dict[tuple[str, int], Any] = {}
+
+
+def _capture_stream(module: ModuleType, device_index: int) -> Any:
+    key = (module.__name__, device_index)
+    if key not in _capture_streams:
+        _capture_streams[key] = module.Stream(device=device_index)
+    return _capture_streams[key]
 
 
 def _end_failed_capture(graph: Any) -> None:

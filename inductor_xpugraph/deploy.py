@@ -121,8 +121,33 @@ def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any])
         for node in fn.graph.nodes
         if node.op == "placeholder"
     ):
-        return fn
-    return make_fx(fn, tracing_mode="fake")(*example_inputs)
+        gm = fn
+    else:
+        try:
+            gm = make_fx(fn, tracing_mode="fake")(*example_inputs)
+        except Exception as error:
+            if "FakeTensor" not in str(error):
+                raise
+            reason = "reads a tensor that is not one of its inputs (a weight?)"
+            raise ValueError(_WEIGHTS_AS_INPUTS.format(reason=reason)) from error
+    constants = [
+        node.target
+        for node in gm.graph.nodes
+        if node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.Tensor)
+    ]
+    if constants:
+        reason = f"holds {len(constants)} tensor constants ({', '.join(constants[:3])}, ...)"
+        raise ValueError(_WEIGHTS_AS_INPUTS.format(reason=reason))
+    return gm
+
+
+# standalone_compile makes a graph's tensor constants inputs of the compiled artifact, so a
+# loaded export would expect them as arguments: refused at export instead.
+_WEIGHTS_AS_INPUTS = (
+    "inductor_xpugraph.export: fn {reason}. An export takes every tensor it reads as an input: "
+    "pass the weights in example_inputs (and to the loaded function), e.g. "
+    "torch.func.functional_call(model, params, (x,)) with params among the inputs."
+)
 
 
 def load(path: str | Path, *, key: bytes | str | None = None) -> Callable[..., Any]:

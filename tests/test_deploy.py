@@ -127,6 +127,25 @@ def edited_copy(exported, tmp_path, edit):
     return copy
 
 
+def test_export_of_a_function_reading_a_weight_says_to_pass_it_as_an_input(tmp_path):
+    linear = torch.nn.Linear(16, 4)
+    with pytest.raises(ValueError, match="pass the weights in example_inputs"):
+        export(lambda x: linear(x), example_inputs()[:1], tmp_path / "closure")
+    assert not (tmp_path / "closure").exists()
+
+
+def test_export_of_a_graph_holding_tensor_constants_is_refused(tmp_path):
+    # standalone_compile would make the constants inputs of the loaded function, which
+    # then fails on the caller's arguments ("expected 3, got 1").
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    linear = torch.nn.Linear(16, 4)
+    with torch.no_grad():
+        traced = make_fx(lambda x: linear(x))(example_inputs()[0])
+    with pytest.raises(ValueError, match="holds 2 tensor constants"):
+        export(traced, example_inputs()[:1], tmp_path / "constants")
+
+
 def test_load_of_a_missing_export_says_so(tmp_path):
     with pytest.raises(ArtifactError, match="no such directory"):
         load(tmp_path / "nothing")

@@ -9,6 +9,7 @@ module plugged in; the tree runtime never sees which one it talks to.
 from __future__ import annotations
 
 import gc
+import threading
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -45,9 +46,11 @@ class DeviceGraphBackend(GraphBackend):
                 f"process sees {module.device_count()} {self.device_type} device(s)"
             )
         # Captures run on a dedicated stream, as upstream's trees do: the user's current
-        # stream is never put into capture mode. One per device for the process, shared by
-        # the trees that follow one another across resets: libraries keep per-stream state
-        # (cuBLAS a workspace per thread and stream) that a new stream would add to.
+        # stream is never put into capture mode. One per device and thread (a thread's tree
+        # captures there; two threads capturing at once need two streams), kept for the
+        # process and shared by the trees that follow one another across resets: libraries
+        # keep per-stream state (cuBLAS a workspace per thread and stream) that a new stream
+        # would add to.
         self.capture_stream = _capture_stream(module, device_index)
         # Checked before every replay: the module function itself, resolved once.
         self.is_capturing = module.is_current_stream_capturing
@@ -112,11 +115,11 @@ class DeviceGraphBackend(GraphBackend):
         self.device_module.synchronize(self.device_index)
 
 
-_capture_streams: dict[tuple[str, int], Any] = {}
+_capture_streams: dict[tuple[str, int, int], Any] = {}
 
 
 def _capture_stream(module: ModuleType, device_index: int) -> Any:
-    key = (module.__name__, device_index)
+    key = (module.__name__, device_index, threading.get_ident())
     if key not in _capture_streams:
         _capture_streams[key] = module.Stream(device=device_index)
     return _capture_streams[key]

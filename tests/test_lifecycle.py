@@ -357,3 +357,22 @@ def test_the_tree_keeps_no_autograd_graph_of_a_step_alive(device):
     other(torch.randn(8, device=device))  # the tree's next generation
     gc.collect()
     assert weight() is None
+
+
+def test_capture_streams_last_across_trees_and_are_one_per_device_and_thread():
+    # Trees after a reset capture on the stream of the trees before them (libraries keep
+    # per-stream state, such as cuBLAS's workspaces); two threads never share one.
+    import threading
+    import types
+
+    from inductor_xpugraph.trees.backends.device_graphs import _capture_stream
+
+    module = types.SimpleNamespace(__name__="test_device_module", Stream=lambda device: object())
+    first = _capture_stream(module, 0)
+    assert _capture_stream(module, 0) is first
+    assert _capture_stream(module, 1) is not first
+    in_other_thread = []
+    thread = threading.Thread(target=lambda: in_other_thread.append(_capture_stream(module, 0)))
+    thread.start()
+    thread.join()
+    assert in_other_thread[0] is not first

@@ -326,8 +326,10 @@ def report(results: dict[str, dict[str, list[dict]]], device: str) -> None:
     for mode in ("pipelined", "synchronized"):
         print(f"\n### {mode}\n")
         variants = [v for v in VARIANTS if any(v in r for r in results.values())]
-        print("| workload | " + " | ".join(variants) + " | ours / hand | ours / upstream |")
-        print("|---" * (len(variants) + 3) + "|")
+        floors = ("gpu_busy", "hand_replay", "upstream")
+        ratios_header = " | ".join(f"ours / {floor}" for floor in floors)
+        print("| workload | " + " | ".join(variants) + f" | {ratios_header} |")
+        print("|---" * (len(variants) + 1 + len(floors)) + "|")
         for workload, by_variant in results.items():
             cells, medians = [], {}
             for variant in variants:
@@ -343,7 +345,7 @@ def report(results: dict[str, dict[str, list[dict]]], device: str) -> None:
                 f"{medians['ours'] / medians[floor]:.2f}"
                 if "ours" in medians and floor in medians
                 else "-"
-                for floor in ("hand_replay", "upstream")
+                for floor in floors
             ]
             print(f"| {workload} | " + " | ".join(cells + ratios) + " |")
     for workload, by_variant in results.items():

@@ -403,3 +403,22 @@ def test_owned_outputs_without_lending_keep_every_output(owned_tree):
     a, b = lend_to_a_backward(owned_tree)
     assert a.recording.blocks[0].owner is not None
     assert b.reused_outputs == () and b.consumed_inputs == ()
+
+
+def test_a_recording_replays_only_with_the_object_inputs_it_was_captured_with():
+    # A graph bakes in its object inputs (a DTensor's DeviceMesh, a process group, a
+    # generator): another object at that position must not replay it.
+    mesh, other_mesh, weight = object(), object(), torch.ones(4)
+    recording = Recording(
+        None,
+        static_inputs=[(1, weight.data_ptr(), weight.untyped_storage().data_ptr())],
+        copied_inputs=[0],
+        input_buffers=[torch.empty(4)],
+        captured_outputs=(),
+        object_inputs=[(2, mesh)],
+    )
+    assert recording.static_inputs_match([torch.zeros(4), weight, mesh])
+    assert not recording.static_inputs_match([torch.zeros(4), weight, other_mesh])
+    assert recording.changed_inputs([torch.zeros(4), weight, other_mesh]) == [2]
+    identity = recording.input_identity([torch.zeros(4), weight, mesh])
+    assert identity != recording.input_identity([torch.zeros(4), weight, other_mesh])

@@ -21,6 +21,19 @@ from ..trees.source_lines import format_source
 
 _ACCEPTED_INPUT_TYPES = (torch.Tensor, torch.SymInt, int, torch.Generator)
 
+try:  # torch 2.13+: opaque objects (DTensor's DeviceMesh, process groups) as graph inputs
+    from torch._library.opaque_object import is_opaque_value
+except ImportError:  # torch 2.11: none reach a graph
+
+    def is_opaque_value(value: object) -> bool:
+        return False
+
+
+def _accepted_input(value: object) -> bool:
+    """Tensors and sizes, and objects a replay passes on unchanged (the runtime checks that
+    each replay gets the objects the capture got)."""
+    return isinstance(value, _ACCEPTED_INPUT_TYPES) or is_opaque_value(value)
+
 
 @dataclasses.dataclass(frozen=True)
 class GraphTarget:
@@ -121,9 +134,7 @@ def _whole_graph_skip_reason(
             "graph with symbolic shapes inputs "
             "(torch._inductor.config.triton.cudagraph_skip_dynamic_graphs=True)"
         ), None
-    bad_inputs = [
-        i for i, x in enumerate(graph.example_inputs) if not isinstance(x, _ACCEPTED_INPUT_TYPES)
-    ]
+    bad_inputs = [i for i, x in enumerate(graph.example_inputs) if not _accepted_input(x)]
     if bad_inputs:
         return f"inputs {bad_inputs} are neither tensors nor sizes", None
     if not partitioned:

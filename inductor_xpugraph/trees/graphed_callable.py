@@ -60,7 +60,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 from .. import config
 from . import stats
 from .node import GraphNode
-from .recording import InputBuffers, Recording
+from .recording import InputBuffers, Recording, input_identity
 from .tree import GraphTree, all_trees, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
@@ -242,9 +242,9 @@ class GraphedCallable:
         self, tree: GraphTree, variants: list[GraphNode], key: tuple[int, ...], args: list[Any]
     ) -> Any:
         """Record for new addresses of the static inputs, keeping the other recordings."""
-        static = variants[0].recording.static_input_ptrs
-        moved = [i for i, ptr in static if args[i].data_ptr() != ptr]
-        if tuple(args[i].data_ptr() for i, _ in static) not in self._address_sets_seen:
+        recording = variants[0].recording
+        moved = recording.changed_inputs(args)
+        if recording.input_identity(args) not in self._address_sets_seen:
             self.rerecords += 1
             recent = self._new_set_generations
             recent.append(tree.generations_started)
@@ -257,7 +257,8 @@ class GraphedCallable:
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
-            f"argument(s) {moved} have new addresses; recording a variant",
+            f"argument(s) {moved} changed (a static tensor's address, or an object input); "
+            f"recording a variant",
             self.name,
             self.source,
         )
@@ -285,6 +286,7 @@ class GraphedCallable:
     def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         path_blocks = tree.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
+        objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
         static = [
             i
             for i in tensor_inputs
@@ -307,10 +309,11 @@ class GraphedCallable:
         static_inputs = [
             (i, args[i].data_ptr(), args[i].untyped_storage().data_ptr()) for i in static
         ]
-        self._address_sets_seen.add(tuple(ptr for _, ptr, _ in static_inputs))
+        self._address_sets_seen.add(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
         first_replay_args = [arg if i in copied else None for i, arg in enumerate(args)]
+        object_inputs = [(i, args[i]) for i in objects]  # the graph bakes them in
         capture_args = list(args)
         args.clear()
         input_buffers = InputBuffers(copied, copy_values=tree.backend.emulated)
@@ -338,6 +341,7 @@ class GraphedCallable:
             # Gradients: autograd makes one a parameter's .grad without a copy only when
             # nothing else (such as a kept output object) references it.
             reuse_output_objects=self.phase != "backward",
+            object_inputs=object_inputs,
         )
         del captured_outputs, capture_args
         node = tree.add_node(self.id, self.name, self.phase, key, recording, self.source)

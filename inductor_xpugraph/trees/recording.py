@@ -125,10 +125,14 @@ class Recording:
         path_blocks: Mapping[int, OutputBlock] | None = None,
         consumed_inputs: frozenset[int] = frozenset(),
         reuse_output_objects: bool = True,
+        object_inputs: Sequence[tuple[int, Any]] = (),
     ) -> None:
         """``static_inputs``: (input index, address, storage address) at capture of every
         tensor input that is not copied: parameters and buffers, and outputs of earlier
         graphs on the tree path, whose blocks ``path_blocks`` holds by address.
+        ``object_inputs``: (input index, object) of the inputs that are neither tensors nor
+        sizes (a ``torch.Generator``, a ``DeviceMesh`` or process group that DTensor passes):
+        the graph baked them in, so a replay needs the same objects.
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
@@ -140,6 +144,7 @@ class Recording:
         self._ptr_by_index: list[int | None] = [None] * (max(self._static_indices, default=-1) + 1)
         for i, ptr in self.static_input_ptrs:
             self._ptr_by_index[i] = ptr
+        self.object_inputs = tuple(object_inputs)
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
@@ -244,13 +249,28 @@ class Recording:
                 self._output_objects[i] = self._output_aliases[i].detach()
 
     def static_inputs_match(self, args: Sequence[Any]) -> bool:
-        """True when every non-copied input still has its address at capture."""
+        """True when every non-copied input is what it was at capture: each static tensor at
+        its address, each object input the same object."""
         if _data_ptrs_at_indices_equal is not None and self.static_input_ptrs:
-            return _data_ptrs_at_indices_equal(args, self._ptr_by_index, self._static_indices)
-        for index, ptr in self.static_input_ptrs:
-            if args[index].data_ptr() != ptr:
+            if not _data_ptrs_at_indices_equal(args, self._ptr_by_index, self._static_indices):
+                return False
+        else:
+            for index, ptr in self.static_input_ptrs:
+                if args[index].data_ptr() != ptr:
+                    return False
+        for index, obj in self.object_inputs:
+            if args[index] is not obj:
                 return False
         return True
+
+    def changed_inputs(self, args: Sequence[Any]) -> list[int]:
+        """The non-copied inputs that are not what they were at capture."""
+        moved = [i for i, ptr in self.static_input_ptrs if args[i].data_ptr() != ptr]
+        return moved + [i for i, obj in self.object_inputs if args[i] is not obj]
+
+    def input_identity(self, args: Sequence[Any]) -> tuple[int, ...]:
+        """What tells one set of non-copied inputs from another (``input_identity``)."""
+        return input_identity(args, self._static_indices, [i for i, _ in self.object_inputs])
 
     def replay(self, args: list[Any]) -> Any:
         self._copy_inputs(args)
@@ -276,6 +296,16 @@ class Recording:
             alias.detach() if layout is not None else alias
             for layout, alias in zip(self._layouts, self._output_aliases)
         ]
+
+
+def input_identity(
+    args: Sequence[Any], static_indices: Sequence[int], object_indices: Sequence[int]
+) -> tuple[int, ...]:
+    """The addresses of the static tensors and the identities of the object inputs: two
+    calls with the same identity can replay the same recording."""
+    return tuple(args[i].data_ptr() for i in static_indices) + tuple(
+        id(args[i]) for i in object_indices
+    )
 
 
 def _output_layouts(

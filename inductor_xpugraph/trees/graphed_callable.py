@@ -257,8 +257,7 @@ class GraphedCallable:
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
-            f"argument(s) {moved} changed (a static tensor's address, or an object input); "
-            f"recording a variant",
+            f"{_what_changed(moved, recording)}; recording a variant",
             self.name,
             self.source,
         )
@@ -369,6 +368,15 @@ class PartitionlessRunner:
 
     def __init__(self, *partitions: Any) -> None:
         self.partitions = list(partitions)
+
+
+def _what_changed(changed: list[int], recording: Recording) -> str:
+    objects = {i for i, _ in recording.object_inputs}
+    moved = [i for i in changed if i not in objects]
+    replaced = [i for i in changed if i in objects]
+    parts = [f"argument(s) {moved} have new addresses"] if moved else []
+    parts += [f"argument(s) {replaced} are other objects than at capture"] if replaced else []
+    return "; ".join(parts)
 
 
 def _trace_recording(graphed: GraphedCallable, tree: GraphTree, node: GraphNode) -> None:

@@ -243,7 +243,7 @@ class GraphedCallable:
     ) -> Any:
         """Record for new addresses of the static inputs, keeping the other recordings."""
         recording = variants[0].recording
-        moved = recording.changed_inputs(args)
+        moved, replaced = recording.changed_inputs(args)
         if recording.input_identity(args) not in self._address_sets_seen:
             self.rerecords += 1
             recent = self._new_set_generations
@@ -253,11 +253,13 @@ class GraphedCallable:
                 len(recent) > config.rerecord_limit
                 and recent[-1] - recent[0] < config.rerecord_window
             ):
-                return self._fall_back_for_moving_inputs(moved, recent[-1] - recent[0] + 1, args)
+                return self._fall_back_for_moving_inputs(
+                    moved + replaced, recent[-1] - recent[0] + 1, args
+                )
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
-            f"{_what_changed(moved, recording)}; recording a variant",
+            f"{_what_changed(moved, replaced)}; recording a variant",
             self.name,
             self.source,
         )
@@ -370,10 +372,7 @@ class PartitionlessRunner:
         self.partitions = list(partitions)
 
 
-def _what_changed(changed: list[int], recording: Recording) -> str:
-    objects = {i for i, _ in recording.object_inputs}
-    moved = [i for i in changed if i not in objects]
-    replaced = [i for i in changed if i in objects]
+def _what_changed(moved: list[int], replaced: list[int]) -> str:
     parts = [f"argument(s) {moved} have new addresses"] if moved else []
     parts += [f"argument(s) {replaced} are other objects than at capture"] if replaced else []
     return "; ".join(parts)

@@ -263,10 +263,11 @@ class Recording:
                 return False
         return True
 
-    def changed_inputs(self, args: Sequence[Any]) -> list[int]:
-        """The non-copied inputs that are not what they were at capture."""
+    def changed_inputs(self, args: Sequence[Any]) -> tuple[list[int], list[int]]:
+        """The non-copied inputs that are not what they were at capture: the static tensors
+        at new addresses, and the object inputs that are other objects."""
         moved = [i for i, ptr in self.static_input_ptrs if args[i].data_ptr() != ptr]
-        return moved + [i for i, obj in self.object_inputs if args[i] is not obj]
+        return moved, [i for i, obj in self.object_inputs if args[i] is not obj]
 
     def input_identity(self, args: Sequence[Any]) -> tuple[int, ...]:
         """What tells one set of non-copied inputs from another (``input_identity``)."""

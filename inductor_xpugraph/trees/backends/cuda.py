@@ -103,7 +103,6 @@ class CudaGraphBackend(DeviceGraphBackend):
 
     def capture(self, fn, args, pool, place_inputs):
         if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
-            self.synchronize()  # nothing queued may be using what the allocation touches
             _allocate_blas_workspaces(self.capture_stream, self.device_index)
             return super().capture(fn, args, pool, place_inputs)
         try:

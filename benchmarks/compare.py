@@ -63,9 +63,15 @@ def add_one(device):
     return make_step, lambda: (torch.randn(16, device=device),), False
 
 
-def softmax_chain(device):
+def softmax_chain(device, static_weights=False):
+    """``static_weights``: the weights (plain tensors the function closes over, not
+    parameters, so copied into the graph's buffers at every call by default) are marked with
+    ``torch._dynamo.mark_static_address``: read in place, as a hand-captured graph does."""
     torch.manual_seed(0)
     weights = [torch.randn(64, 64, device=device) * 0.1 for _ in range(32)]
+    if static_weights:
+        for w in weights:
+            torch._dynamo.mark_static_address(w)
 
     def chain(x):
         for w in weights:

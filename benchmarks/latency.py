@@ -22,7 +22,10 @@ Variants, each (workload, variant) in a fresh process, ``--runs`` processes each
 - ``ours`` (allocator checkpointing), ``ours_portable`` (owned outputs, xpu's strategy);
 - ``ours_deploy``: ``inductor_xpugraph.deploy.export`` in one process, ``deploy.load`` in the
   measured one: no Dynamo (``add_one`` only: the other workloads have weights, see
-  ``DEPLOYABLE``).
+  ``DEPLOYABLE``);
+- ``ours_module_guards_skipped``: ours compiled with
+  ``guard_filter_fn=torch.compiler.skip_guard_on_all_nn_modules_unsafe`` (Dynamo keeps no
+  guard on nn.Module attributes: safe while they do not change after the first call).
 
 A run reports the median over ``--repeats``; the table shows the median of the runs and their
 spread (min–max), because host timings on a shared machine move.
@@ -58,6 +61,7 @@ import compare  # noqa: E402  (the shared workloads and the hand-captured replay
 
 VARIANTS = (
     "gpu_busy", "hand_replay", "inductor", "upstream", "ours", "ours_portable", "ours_deploy",
+    "ours_module_guards_skipped",
 )  # fmt: skip
 CUDA_ONLY = ("gpu_busy", "hand_replay", "upstream")
 # Workloads with no weights: ``deploy.export`` of the others fails, as a traced function's
@@ -69,9 +73,9 @@ WARM_CALLS = 20  # past warmup and record before anything is timed
 # -- workloads: (step, inputs); step(*inputs) is one call ------------------------------------
 
 
-def _from_compare(name: str) -> Callable[[str], tuple[Callable, Callable]]:
+def _from_compare(name: str, **options: Any) -> Callable[[str], tuple[Callable, Callable]]:
     def workload(device: str):
-        make_step, make_inputs, _ = compare.WORKLOADS[name](device)
+        make_step, make_inputs, _ = compare.WORKLOADS[name](device, **options)
         return make_step, make_inputs
 
     return workload
@@ -122,6 +126,8 @@ def _resnet18(device):
 WORKLOADS = {
     "add_one": _from_compare("add_one"),
     "softmax_chain": _from_compare("softmax_chain"),
+    # The same, its 32 weights marked static (the user's lever: they are not copied).
+    "softmax_chain_static": _from_compare("softmax_chain", static_weights=True),
     "gpt2": _inference(_gpt2, lambda d: (torch.randint(0, 5000, (1, 32), device=d),)),
     "resnet18": _inference(_resnet18, lambda d: (torch.randn(1, 3, 64, 64, device=d),)),
     "bert": _inference(_bert, lambda d: (torch.randint(0, 30000, (2, 48), device=d),)),
@@ -146,6 +152,16 @@ def build_step(workload: str, variant: str, device: str, export_path: str | None
         step = load(export_path)
     elif variant in ("inductor", "gpu_busy"):
         step = make_step(compare.compiler("inductor", device))
+    elif variant == "ours_module_guards_skipped":
+        # The user's lever over Dynamo's guards on nn.Module attributes (safe while the
+        # model's attributes do not change after the first call).
+        inductor_xpugraph.enable(device)
+        options = {
+            "triton.cudagraphs": True,
+            "triton.cudagraph_trees": True,
+            "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+        }
+        step = make_step(lambda fn: torch.compile(fn, options=options))
     else:
         inductor_xpugraph.config.allocator_checkpointing = variant != "ours_portable"
         step = make_step(compare.compiler("upstream" if variant == "upstream" else "ours", device))

@@ -62,8 +62,9 @@ def main() -> None:
     (tree,) = all_trees()
     (node,) = tree.nodes()
     recording = node.recording
+    # No torch._dynamo.reset() here: it would free ``ours``'s compiled graph, and with it
+    # the recording (a different function compiles apart anyway).
     inductor_xpugraph.disable(device)
-    torch._dynamo.reset()
     plain = torch.compile(lambda x: x + 1)
     plain(x)
 

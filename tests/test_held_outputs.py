@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
+from inductor_xpugraph.trees.tree import all_trees
 
 STALE = "overwritten by a subsequent run"
 
@@ -158,6 +159,67 @@ def test_an_earlier_output_passed_back_in_raises(device):
         out = compiled(torch.randn(8, device=device))
     with pytest.raises(RuntimeError, match=STALE):
         compiled(out)
+
+
+class LaunchSpy:
+    """Stands in for a recording's graph: runs ``probe`` at each launch, then launches."""
+
+    def __init__(self, recording, probe):
+        self.graph, self.probe, self.seen = recording.graph, probe, []
+        recording.graph = self
+
+    def replay(self):
+        self.seen.append(self.probe())
+        self.graph.replay()
+
+
+def root_recording(phase):
+    (tree,) = [tree for tree in all_trees() if tree.nodes()]
+    (node,) = [node for node in tree.root.child_nodes() if node.phase == phase]
+    return node.recording
+
+
+def readable(tensor):
+    try:
+        tensor.data_ptr()
+        return True
+    except RuntimeError:
+        return False
+
+
+def test_an_inference_step_retires_the_step_before_after_its_launch(device):
+    """Retiring held outputs is host work: it overlaps the device's, after the launch."""
+    compiled = torch.compile(lambda x: x * 2, mode="reduce-overhead")
+    for _ in range(3):
+        previous = compiled(torch.randn(8, device=device))
+    spy = LaunchSpy(root_recording("inference"), lambda: readable(previous))
+    x = torch.randn(8, device=device)
+    current = compiled(x)
+    assert spy.seen == [True]  # not retired yet when the graph was launched
+    with pytest.raises(RuntimeError, match=STALE):
+        previous.sum()
+    assert torch.equal(current, x * 2)
+
+
+def test_gradients_kept_past_a_step_are_copied_out_before_the_next_launch(device):
+    """A handover copies gradients out of the pool: queued before the replay that
+    overwrites them, so retiring a step with a backward is not left for after the launch."""
+    model = mlp(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def step():
+        loss = compiled(torch.randn(8, 64, device=device)).square().mean()
+        for p in model.parameters():  # after the forward: it ran while they were kept
+            p.grad = None
+        loss.backward()
+
+    for _ in range(4):
+        step()
+    spy = LaunchSpy(root_recording("forward"), lambda: inductor_xpugraph.stats()["handovers"])
+    before = inductor_xpugraph.stats()["handovers"]
+    step()
+    assert spy.seen[0] > before
+    assert inductor_xpugraph.stats()["handovers"] == spy.seen[0]
 
 
 def test_an_output_held_only_as_itself_is_not_copied_or_rebuilt(device):

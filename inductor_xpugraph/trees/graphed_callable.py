@@ -7,7 +7,10 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    current node recorded for this callable and these sizes;
 2. **replay** (the fast path): when there is one and every non-copied input (parameters,
    buffers, outputs of earlier graphs on the path) still has the address it had at capture,
-   copy the other inputs into the node's static buffers and replay;
+   copy the other inputs into the node's static buffers and launch the graph; only then,
+   while the device runs, retire what the generation before handed out (at a generation's
+   first call, when that is host work only: ``GraphTree.start_generation``) and build the
+   outputs;
 3. **warmup**: the first ``config.warmup_runs`` calls for given sizes run the plain callable
    (Triton autotuning, lazy kernel loading, library handles: never inside a capture);
 4. **record**: otherwise capture a new child node, replay it once to compute the result.
@@ -147,13 +150,23 @@ class GraphedCallable:
             and not tree.backend.is_capturing()
             and (not node.reused_outputs or node.release_reused_memory(args))
         ):
-            outputs = node.recording.replay(args)
+            recording = node.recording
+            if tree.unretired is None:
+                recording.launch(args)
+            else:  # a generation's first call: retire the one before while the device runs
+                inputs = args.copy()
+                recording.launch(args)
+                if tree.retire_ended_generation():
+                    recording.check_copied_inputs_not_stale(inputs)
+                del inputs
+            outputs = recording.hand_out()  # host work too
             tree.current = node
             tree.replayed_nodes.append(node)
             self._after_run(tree)
             node.replays += 1
             stats.counters["replays"] += 1
             return outputs
+        tree.retire_ended_generation()
         with tree.lock:
             outputs = self._slow_path(tree, key, args)
         self._after_run(tree)

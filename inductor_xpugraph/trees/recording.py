@@ -4,7 +4,8 @@ A ``Recording`` is made once, at record time, and then only replays. Everything 
 decided once is decided in ``__init__``: which inputs are copied and into which static
 buffers, which static inputs must keep their address, and how each output is rebuilt. A
 replay is then: compare static-input addresses, one batched copy of the other inputs, one
-graph launch, and one cheap tensor per output aliasing the graph's memory.
+graph launch (``launch``: all that precedes the device's work), and then, while the device
+runs, one cheap tensor per output aliasing the graph's memory (``hand_out``).
 
 Output memory: each storage the capture allocated for the outputs is an ``OutputBlock``.
 Every replay hands out tensors over the same memory, and the next replay overwrites their
@@ -201,7 +202,7 @@ class Recording:
         self._fresh_handed_out = {}
         self._output_aliases = []
         self._output_objects = []
-        self.replay = _released
+        self.replay = self.launch = _released
 
     # -- output objects (see the module docstring) -------------------------------------------
 
@@ -274,9 +275,27 @@ class Recording:
         return input_identity(args, self._static_indices, [i for i, _ in self.object_inputs])
 
     def replay(self, args: list[Any]) -> Any:
+        self.launch(args)
+        return self.hand_out()
+
+    def launch(self, args: list[Any]) -> None:
+        """The part of a replay that must come before the device starts: the copy of the
+        copied inputs into the static buffers, and the graph launch. ``args`` is consumed."""
         self._copy_inputs(args)
         args.clear()
         self.graph.replay()
+
+    def check_copied_inputs_not_stale(self, args: Sequence[Any]) -> None:
+        """Raise the stale-output error if a copied input is an output that was retired
+        after this replay's launch copied it: as the copy itself raises when retiring
+        comes first (the launch copied the values still there, and nothing is handed out)."""
+        for i in self.copied_inputs:
+            args[i].data_ptr()  # raises for a retired tensor (``invalidation``)
+
+    def hand_out(self) -> Any:
+        """The outputs of the replay just launched (host work only, while the device runs):
+        the kept objects, a new one at each position whose object someone holds or that has
+        autograd history, new objects at the positions autograd takes."""
         if not self._reuses_outputs:
             outputs = self.outputs()
             return tuple(outputs) if self._output_is_tuple else outputs

@@ -134,6 +134,9 @@ class GraphTree:
         # to its outputs) pairs.
         self.replayed_nodes: list[GraphNode] = []
         self.eager_outputs: list[tuple[Any, list[weakref.ref]]] = []
+        # What the generation that ended handed out, when retiring it is left to the first
+        # call of the new one (see ``start_generation``); None once retired.
+        self.unretired: HandedOut | None = None
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
         self._pool: Any = None
@@ -182,7 +185,17 @@ class GraphTree:
         return True
 
     def start_generation(self) -> None:
-        self.retire_handed_out()
+        """The path restarts at the root, and what the generation that ended handed out is
+        retired: at once when retiring may copy memory out of the pool (the copy must be
+        queued before any replay overwrites that memory) or nodes are about to be dropped;
+        otherwise it is host work only, and the fast path does it right after its launch,
+        while the device runs (``retire_ended_generation``)."""
+        self.retire_ended_generation()
+        ended = self._take_handed_out()
+        if self.next_memory is not None or self.forgotten_callables or ended.may_copy():
+            self._retire(ended)
+        else:
+            self.unretired = ended
         if self.next_memory is not None:
             for child in self.root.child_nodes():
                 self.drop_node(child)
@@ -223,10 +236,26 @@ class GraphTree:
         stats.counters["liveness_fallbacks"] += 1
         self.current = self.off_tree
 
+    def retire_ended_generation(self) -> bool:
+        """Retire what the generation that ended handed out, if that is still to be done.
+        Returns whether the caller held any of it (it raises the stale-output error now)."""
+        ended, self.unretired = self.unretired, None
+        return ended is not None and self._retire(ended)
+
     def retire_handed_out(self, dropped_by_reset: bool = False) -> None:
-        """The generation ends: see Note [Retiring held outputs]."""
-        nodes = dict.fromkeys(self.replayed_nodes)  # in order, each once
-        eager_outputs, self.replayed_nodes, self.eager_outputs = self.eager_outputs, [], []
+        """Retire everything handed out so far, now (``reset``)."""
+        self.retire_ended_generation()
+        self._retire(self._take_handed_out(), dropped_by_reset)
+
+    def _take_handed_out(self) -> HandedOut:
+        ended = HandedOut(list(dict.fromkeys(self.replayed_nodes)), self.eager_outputs)
+        self.replayed_nodes, self.eager_outputs = [], []
+        return ended
+
+    def _retire(self, ended: HandedOut, dropped_by_reset: bool = False) -> bool:
+        """See Note [Retiring held outputs]. Returns whether the caller held anything."""
+        nodes, eager_outputs = ended.nodes, ended.eager_outputs
+        caller_held = False
         invalidate_tensor = tensor_invalidator()
         # 1. Output objects the caller holds: those of forward and inference graphs raise
         #    from now on (and their positions get new objects); gradients are kept, below.
@@ -234,6 +263,7 @@ class GraphTree:
             for producer, refs in eager_outputs:
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
                 if held_outputs:
+                    caller_held = True
                     message = stale_message(self.device, producer.name, dropped_by_reset)
                     for output in held_outputs:
                         invalidate_tensor(output, message)
@@ -245,6 +275,7 @@ class GraphTree:
             positions = recording.held_positions()
             if not positions:
                 continue
+            caller_held = True
             if node.phase == "backward" or invalidate_tensor is None:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
@@ -260,7 +291,7 @@ class GraphTree:
             if block in held_by_objects or not block.storage_unreferenced()
         }
         if not held:
-            return
+            return caller_held
         invalidate_storage = storage_invalidator()
         # No copy may be queued inside someone else's capture of this stream.
         capturing = self.backend.is_capturing()
@@ -278,6 +309,7 @@ class GraphTree:
             stats.counters["handovers"] += len(gradients)
         for recording in {r: None for block in held for r in block.aliased_by}:
             recording.rebuild_aliases()
+        return True
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -438,6 +470,25 @@ class GraphTree:
     def pool_bytes(self) -> int:
         """Bytes of graph outputs that the pool keeps allocated."""
         return self.memory.held_bytes(self.nodes())
+
+
+class HandedOut:
+    """What one generation handed to the caller: the nodes that ran, in order and each once
+    (their output objects are their recordings'), and the outputs of its un-graphed runs, as
+    (callable, weak references to its outputs) pairs."""
+
+    __slots__ = ("nodes", "eager_outputs")
+
+    def __init__(
+        self, nodes: list[GraphNode], eager_outputs: list[tuple[Any, list[weakref.ref]]]
+    ) -> None:
+        self.nodes = nodes
+        self.eager_outputs = eager_outputs
+
+    def may_copy(self) -> bool:
+        """Whether retiring it may copy memory out of the pool (``hand_over``): gradients
+        are handed over, and every block is when storages cannot be made stale."""
+        return storage_invalidator() is None or any(node.phase == "backward" for node in self.nodes)
 
 
 def _unlink(nodes: list[GraphNode]) -> None:

@@ -488,7 +488,12 @@ class HandedOut:
     def may_copy(self) -> bool:
         """Whether retiring it may copy memory out of the pool (``hand_over``): gradients
         are handed over, and every block is when storages cannot be made stale."""
-        return storage_invalidator() is None or any(node.phase == "backward" for node in self.nodes)
+        if storage_invalidator() is None:
+            return True
+        for node in self.nodes:  # a loop, not any(): this runs at every generation
+            if node.phase == "backward":
+                return True
+        return False
 
 
 def _unlink(nodes: list[GraphNode]) -> None:

@@ -238,10 +238,12 @@ def compiler(variant: str, device: str) -> Callable[[Any], Any]:
         inductor_xpugraph.disable(device)
         return lambda fn: torch.compile(fn, mode="reduce-overhead")
     inductor_xpugraph.enable(device)
-    # Exactly the options mode="reduce-overhead" sets, spelled differently: Dynamo's cache is
-    # per code object and would otherwise hand ours the code compiled for upstream.
-    options = {"triton.cudagraphs": True, "triton.cudagraph_trees": True}
-    return lambda fn: torch.compile(fn, options=options)
+    return lambda fn: torch.compile(fn, options=REDUCE_OVERHEAD_OPTIONS)
+
+
+# Exactly the options mode="reduce-overhead" sets, spelled differently: Dynamo's cache is per
+# code object and would otherwise hand ours the code compiled for upstream.
+REDUCE_OVERHEAD_OPTIONS = {"triton.cudagraphs": True, "triton.cudagraph_trees": True}
 
 
 def raw_graph_step(make_step, make_inputs, device):

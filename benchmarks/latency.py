@@ -157,8 +157,7 @@ def build_step(workload: str, variant: str, device: str, export_path: str | None
         # model's attributes do not change after the first call).
         inductor_xpugraph.enable(device)
         options = {
-            "triton.cudagraphs": True,
-            "triton.cudagraph_trees": True,
+            **compare.REDUCE_OVERHEAD_OPTIONS,
             "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
         }
         step = make_step(lambda fn: torch.compile(fn, options=options))

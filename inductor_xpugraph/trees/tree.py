@@ -191,11 +191,9 @@ class GraphTree:
         otherwise it is host work only, and the fast path does it right after its launch,
         while the device runs (``retire_ended_generation``)."""
         self.retire_ended_generation()
-        ended = self._take_handed_out()
-        if self.next_memory is not None or self.forgotten_callables or ended.may_copy():
-            self._retire(ended)
-        else:
-            self.unretired = ended
+        self.unretired = self._take_handed_out()
+        if self.next_memory is not None or self.unretired.may_copy():
+            self.retire_ended_generation()
         if self.next_memory is not None:
             for child in self.root.child_nodes():
                 self.drop_node(child)
@@ -207,6 +205,7 @@ class GraphTree:
         self.generation = current_generation()
         self.generations_started += 1
         if self.forgotten_callables and not self.backend.is_capturing():
+            self.retire_ended_generation()  # before its nodes go
             with self.lock:
                 self.drop_forgotten()  # a freed model's memory goes back at its next step
 

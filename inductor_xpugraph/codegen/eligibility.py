@@ -17,6 +17,7 @@ import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.virtualized import V
 
+from ..trees.node import Phase
 from ..trees.source_lines import format_source
 
 _ACCEPTED_INPUT_TYPES = (torch.Tensor, torch.SymInt, int, torch.Generator)
@@ -46,7 +47,7 @@ class GraphTarget:
 @dataclasses.dataclass(frozen=True)
 class GraphPlan:
     device: str  # "xpu:0"
-    phase: str  # "inference" | "forward" | "backward"
+    phase: Phase
     targets: tuple[GraphTarget, ...]
     skip_reason: str | None  # why nothing is captured, or None
     # The user's source line the graph comes from (of the op that prevents capture, when one
@@ -107,10 +108,10 @@ def static_input_indices() -> tuple[int, ...]:
     return ()
 
 
-def _phase() -> str:
+def _phase() -> Phase:
     if V.graph.is_inference:
-        return "inference"
-    return "backward" if V.graph.is_backward else "forward"
+        return Phase.INFERENCE
+    return Phase.BACKWARD if V.graph.is_backward else Phase.FORWARD
 
 
 def _whole_graph_skip_reason(

@@ -51,7 +51,7 @@ class GraphTreeWrapperCodegen(PythonWrapperCodegen):
             plan=plan,
             device=plan.device,
             device_type=device_type,
-            phase=plan.phase,
+            phase=plan.phase.value,  # generated code names it as a string
             emulated=getattr(V.graph.device_ops, "emulated_graphs", False),
             warmup_runs=config.warmup_runs,
             module_label=_module_label(),

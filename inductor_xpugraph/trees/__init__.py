@@ -19,10 +19,9 @@ from typing import Any
 
 from . import stats
 from .graphed_callable import GraphedCallable, PartitionlessRunner, reset_all_callables
+from .node import Phase
 from .source_lines import source_at_load
 from .tree import all_trees
-
-PHASES = ("inference", "forward", "backward")
 
 
 def graphify(
@@ -31,12 +30,15 @@ def graphify(
     device: str,
     static_inputs: Sequence[int] = (),
     mutated_inputs: Sequence[int] = (),
-    phase: str = "inference",
+    phase: str = Phase.INFERENCE,
     name: str | None = None,
     source: str | None = None,
 ) -> GraphedCallable:
-    if phase not in PHASES:
-        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    try:
+        phase = Phase(phase)
+    except ValueError:
+        names = [p.value for p in Phase]
+        raise ValueError(f"phase must be one of {names}, got {phase!r}") from None
     return GraphedCallable(
         fn,
         device,

@@ -62,7 +62,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
 from . import stats
-from .node import GraphNode
+from .node import GraphNode, Phase
 from .recording import InputBuffers, Recording, input_identity
 from .tree import GraphTree, all_trees, thread_trees, tree_for
 
@@ -87,7 +87,7 @@ class GraphedCallable:
         *,
         static_inputs: Sequence[int],
         mutated_inputs: Sequence[int],
-        phase: str,
+        phase: Phase,
         name: str,
         source: str | None = None,
     ) -> None:
@@ -102,13 +102,13 @@ class GraphedCallable:
         # The compile that loaded this callable (None outside one), for the structured trace.
         self.compile_id = torch._guards.CompileContext.current_compile_id()
         self._after_run = {
-            "forward": _set_pending_backward,
-            "backward": _clear_pending_backward,
+            Phase.FORWARD: _set_pending_backward,
+            Phase.BACKWARD: _clear_pending_backward,
         }.get(phase, _nothing)
         # A backward is never a new iteration: met again on the path, it is another backward
         # through the same forward (``retain_graph=True``, two losses, a gradient penalty);
         # called in a new torch.compile invocation, it is its forward's iteration still.
-        self._may_restart_generation = phase != "backward"
+        self._may_restart_generation = phase is not Phase.BACKWARD
         self.reset()
         weakref.finalize(self, _forget_callable, self.id)
         _all_callables.add(self)
@@ -137,6 +137,7 @@ class GraphedCallable:
 
     def __call__(self, args: list[Any]) -> Any:
         tree = thread_trees().get(self.device) or tree_for(self.device)
+        # tree.py current_generation(), inlined: this is the replay fast path.
         if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
             tree.maybe_start_generation(backward=not self._may_restart_generation)
         size_inputs = self._size_inputs
@@ -354,7 +355,7 @@ class GraphedCallable:
             consumed_inputs=consumed,
             # Gradients: autograd makes one a parameter's .grad without a copy only when
             # nothing else (such as a kept output object) references it.
-            reuse_output_objects=self.phase != "backward",
+            reuse_output_objects=self.phase is not Phase.BACKWARD,
             object_inputs=object_inputs,
         )
         del captured_outputs, capture_args

@@ -6,6 +6,7 @@ read and write nodes, import it and not each other.
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -14,6 +15,18 @@ from .storages import tensor_over
 
 if TYPE_CHECKING:
     from .recording import OutputBlock, Recording
+
+
+class Phase(str, enum.Enum):
+    """What a compiled graph computes. A ``str`` so that generated code, reports and
+    exported artifacts carry the plain name (``phase="forward"``)."""
+
+    INFERENCE = "inference"
+    FORWARD = "forward"  # a backward will follow: the generation stays open for it
+    BACKWARD = "backward"  # gradients: handed over (copied) when held, never made stale
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class ConsumedInput(NamedTuple):
@@ -32,7 +45,9 @@ class ConsumedInput(NamedTuple):
 
 
 class GraphNode:
-    """One recording of one callable at one place of the tree."""
+    """One recording of one callable at one place of the tree; or, with no recording, one of
+    a tree's two markers (``GraphNode.marker``): the root every generation starts from, and
+    where a generation that left the tree is."""
 
     __slots__ = (
         "callable_id",
@@ -52,9 +67,9 @@ class GraphNode:
 
     def __init__(
         self,
-        callable_id: int,
+        callable_id: int | None,
         name: str,
-        phase: str,
+        phase: Phase | None,
         parent: GraphNode | None,
         recording: Recording | None,
         seq: int,
@@ -79,6 +94,11 @@ class GraphNode:
         self.sizes: tuple[int, ...] = ()
         self.source: str | None = None
         self.replays = 0
+
+    @classmethod
+    def marker(cls, name: str) -> GraphNode:
+        """A node no callable has: no parent, no recording, no phase."""
+        return cls(None, name, None, None, None, 0)
 
     def release_reused_memory(self, args: list[Any]) -> bool:
         """Drop ``args``' references to consumed inputs, then check nothing else references

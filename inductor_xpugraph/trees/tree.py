@@ -85,7 +85,7 @@ from . import stats
 from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
-from .node import GraphNode
+from .node import GraphNode, Phase
 from .recording import InputBuffers, OutputBlock, Recording, hand_over
 
 log = logging.getLogger("inductor_xpugraph")
@@ -121,9 +121,9 @@ class GraphTree:
         self.device = device
         self.thread = threading.current_thread().name
         self.backend: GraphBackend = backend_class(device_type)(int(index or 0))
-        self.root = GraphNode(-1, "<root>", "root", None, None, 0)
+        self.root = GraphNode.marker("<root>")
         # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
-        self.off_tree = GraphNode(-2, "<off tree>", "root", None, None, 0)
+        self.off_tree = GraphNode.marker("<off tree>")
         self.current = self.root
         self.generation: int | None = None
         # Generations started on this tree: a clock for how often things happen per step.
@@ -217,7 +217,7 @@ class GraphTree:
         Output objects are held weakly: one the caller drops is freed as it would be without
         graphs. Gradients are never made stale, so backward outputs are not noted.
         """
-        if producer.phase != "backward":
+        if producer.phase is not Phase.BACKWARD:
             refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
             self.eager_outputs.append((producer, refs))
 
@@ -275,7 +275,7 @@ class GraphTree:
             if not positions:
                 continue
             caller_held = True
-            if node.phase == "backward" or invalidate_tensor is None:
+            if node.phase is Phase.BACKWARD or invalidate_tensor is None:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
             message = stale_message(self.device, node.name, dropped_by_reset)
@@ -296,7 +296,7 @@ class GraphTree:
         capturing = self.backend.is_capturing()
         gradients = []
         for block, producer in held.items():
-            hand = producer.phase == "backward" or invalidate_storage is None
+            hand = producer.phase is Phase.BACKWARD or invalidate_storage is None
             if hand and not capturing and can_copy_out_of_pool():
                 gradients.append(block)
             elif invalidate_storage is not None:
@@ -345,7 +345,7 @@ class GraphTree:
         self,
         callable_id: int,
         name: str,
-        phase: str,
+        phase: Phase,
         key: tuple[int, ...],
         recording: Recording,
         source: str | None = None,
@@ -490,7 +490,7 @@ class HandedOut:
         if storage_invalidator() is None:
             return True
         for node in self.nodes:  # a loop, not any(): this runs at every generation
-            if node.phase == "backward":
+            if node.phase is Phase.BACKWARD:
                 return True
         return False
 

@@ -78,8 +78,14 @@ def run_variant(variant: str, device: str, rounds: int) -> dict:
         samples.append(measure(device))
     third, last = samples[2], samples[-1]
     growth = {k: (last[k] - third[k]) / (rounds - 3) for k in third}
-    return {"variant": variant, "rounds": rounds, "after_3": third, "after_last": last,
-            "growth_per_round": growth, "samples": samples}
+    return {
+        "variant": variant,
+        "rounds": rounds,
+        "after_3": third,
+        "after_last": last,
+        "growth_per_round": growth,
+        "samples": samples,
+    }
 
 
 def main() -> None:
@@ -106,16 +112,20 @@ def main() -> None:
         rows.append(json.loads(lines[-1]))
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (emulator)"
     print(f"## Churn, {args.rounds} rounds — {name}, torch {torch.__version__}")
-    print("| variant | allocated MiB (3 / last) | reserved MiB (3 / last) | pool MiB (3 / last) "
-          "| objects per round |")
+    print(
+        "| variant | allocated MiB (3 / last) | reserved MiB (3 / last) | pool MiB (3 / last) "
+        "| objects per round |"
+    )
     print("|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
             continue
         a, b, g = row["after_3"], row["after_last"], row["growth_per_round"]
-        print(f"| {row['variant']} | {a['allocated_mib']:.1f} / {b['allocated_mib']:.1f} "
-              f"| {a['reserved_mib']:.1f} / {b['reserved_mib']:.1f} "
-              f"| {a['pool_mib']:.2f} / {b['pool_mib']:.2f} | {g['objects']:+.0f} |")
+        print(
+            f"| {row['variant']} | {a['allocated_mib']:.1f} / {b['allocated_mib']:.1f} "
+            f"| {a['reserved_mib']:.1f} / {b['reserved_mib']:.1f} "
+            f"| {a['pool_mib']:.2f} / {b['pool_mib']:.2f} | {g['objects']:+.0f} |"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

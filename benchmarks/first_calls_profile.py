@@ -31,8 +31,10 @@ def main() -> None:
     profiler.enable()
     times, result, _ = fn(variant, batch, args.calls)
     profiler.disable()
-    print(f"{args.client} {args.variant}: calls {[round(t, 2) for t in times]} s, "
-          f"{result}, {time.perf_counter() - start:.1f} s in all")
+    print(
+        f"{args.client} {args.variant}: calls {[round(t, 2) for t in times]} s, "
+        f"{result}, {time.perf_counter() - start:.1f} s in all"
+    )
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(45)
 

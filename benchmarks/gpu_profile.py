@@ -14,9 +14,9 @@ import collections
 import json
 
 import torch
+from paired import CLIENTS, WARMUP_CALLS, _compiled_for
 
 import inductor_xpugraph
-from paired import CLIENTS, WARMUP_CALLS, _compiled_for
 
 
 def main() -> None:
@@ -41,8 +41,10 @@ def main() -> None:
             by_kernel[event.name[:90]] += event.device_time
             count[event.name[:90]] += 1
     total = sum(by_kernel.values()) / args.calls
-    print(f"{args.side} {args.client}: device time {total:.0f} us/step, "
-          f"{sum(count.values()) / args.calls:.0f} device events/step")
+    print(
+        f"{args.side} {args.client}: device time {total:.0f} us/step, "
+        f"{sum(count.values()) / args.calls:.0f} device events/step"
+    )
     for name, t in by_kernel.most_common(15):
         print(f"  {t / args.calls:8.1f} us  x{count[name] / args.calls:5.1f}  {name}")
     if args.out:

@@ -13,8 +13,9 @@ import argparse
 import cProfile
 import pstats
 
-import inductor_xpugraph
 from paired import CLIENTS, WARMUP_CALLS, _compiled_for
+
+import inductor_xpugraph
 
 
 def main() -> None:
@@ -33,13 +34,19 @@ def main() -> None:
         step()
     profiler.disable()
     stats = pstats.Stats(profiler)
-    tree_files = ("inductor_xpugraph",) if args.side == "ours" else ("cudagraph_trees", "cudagraph_utils")
+    tree_files = (
+        ("inductor_xpugraph",) if args.side == "ours" else ("cudagraph_trees", "cudagraph_utils")
+    )
     tree_time = sum(
-        tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items() if any(f in file for f in tree_files)
+        tt
+        for (file, _, _), (_, _, tt, _, _) in stats.stats.items()
+        if any(f in file for f in tree_files)
     )
     total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.stats.items())
-    print(f"{args.side} {args.client}: host {total / args.calls * 1e6:.0f} us/step under the "
-          f"profiler, of which the tree's own functions {tree_time / args.calls * 1e6:.0f} us")
+    print(
+        f"{args.side} {args.client}: host {total / args.calls * 1e6:.0f} us/step under the "
+        f"profiler, of which the tree's own functions {tree_time / args.calls * 1e6:.0f} us"
+    )
     stats.sort_stats("tottime").print_stats(25)
 
 

@@ -13,7 +13,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
 from inductor_xpugraph.trees.node import Phase
-from inductor_xpugraph.trees.recording import InputBuffers, Recording
+from inductor_xpugraph.trees.recording import InputBuffers, Recording, StaticInput
 from inductor_xpugraph.trees.tree import GraphTree
 
 
@@ -103,7 +103,7 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
         return (y, x[:8]) if keep_input else (y,)
 
     path_blocks = tree.path_blocks()
-    static_inputs = [(0, args[0].data_ptr(), args[0].untyped_storage().data_ptr())]
+    static_inputs = [StaticInput.of(args, 0)]
     graph, outputs, consumed = tree.capture(graph, args, NO_COPIES)
     recording = Recording(
         None,
@@ -412,7 +412,7 @@ def test_a_recording_replays_only_with_the_object_inputs_it_was_captured_with():
     mesh, other_mesh, weight = object(), object(), torch.ones(4)
     recording = Recording(
         None,
-        static_inputs=[(1, weight.data_ptr(), weight.untyped_storage().data_ptr())],
+        static_inputs=[StaticInput.of([None, weight], 1)],
         copied_inputs=[0],
         input_buffers=[torch.empty(4)],
         captured_outputs=(),

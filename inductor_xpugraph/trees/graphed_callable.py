@@ -63,7 +63,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 from .. import config
 from . import stats
 from .node import GraphNode, Phase
-from .recording import InputBuffers, Recording, input_identity
+from .recording import InputBuffers, Recording, StaticInput, input_identity
 from .tree import GraphTree, all_trees, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
@@ -321,9 +321,7 @@ class GraphedCallable:
             return self._run_eagerly(tree, args)
 
         stats.counters["records"] += 1
-        static_inputs = [
-            (i, args[i].data_ptr(), args[i].untyped_storage().data_ptr()) for i in static
-        ]
+        static_inputs = [StaticInput.of(args, i) for i in static]
         self._address_sets_seen.add(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).

@@ -54,7 +54,7 @@ with ``OwnedOutputs``, with a warning (``GraphTree._fall_back_to_owned_outputs``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -65,9 +65,18 @@ from .storages import tensor_over
 
 if TYPE_CHECKING:
     from .backends import GraphBackend
+    from .recording import OutputBlock
 
-# An output of a node: (node, index into its recording's output storages).
-Output = tuple["GraphNode", int]
+
+class Output(NamedTuple):
+    """An output of a node: the ``index``-th block of memory its recording's outputs lie in."""
+
+    node: GraphNode
+    index: int
+
+    @property
+    def block(self) -> OutputBlock:
+        return self.node.recording.blocks[self.index]
 
 
 class _PathReuse:
@@ -101,7 +110,7 @@ class _PathReuse:
     def _held(self) -> list[Output]:
         """The outputs of the pool path that own pool memory now."""
         return [
-            (node, index)
+            Output(node, index)
             for node in self.pool_path
             for index, block in enumerate(node.recording.blocks)
             if block.owner is not None
@@ -111,9 +120,7 @@ class _PathReuse:
         """For a new capture: forget an earlier capture's loans, and free those of
         ``outputs`` that nothing references any more (the capture may reuse them)."""
         self._loans, self._lent_args = [], []
-        self._freed_for_capture = [
-            (node, index) for node, index in outputs if node.recording.blocks[index].is_dead()
-        ]
+        self._freed_for_capture = [output for output in outputs if output.block.is_dead()]
         for output in self._freed_for_capture:
             self._free(output)
 
@@ -124,19 +131,17 @@ class _PathReuse:
         strategy drops its own reference: the memory is freed when the captured code drops
         the argument. The caller must hold no other reference to ``args``' tensors.
         """
-        held_by_ptr = {
-            node.recording.blocks[index].address: (node, index) for node, index in self._held()
-        }
+        held_by_ptr = {output.block.address: output for output in self._held()}
         # Taken out of ``args``: their references must not count as uses.
         layouts = _take_arguments_in(held_by_ptr, args)
-        for (node, index), arg_layouts in layouts.items():
-            block = node.recording.blocks[index]
+        for output, arg_layouts in layouts.items():
+            block = output.block
             lend = block.is_dead()
             storage = block.owner if lend else block.storage
             for arg_index, *layout in arg_layouts:
                 args[arg_index] = tensor_over(storage, *layout)
             if lend:
-                self._loans.append(((node, index), StorageWeakRef(storage)))
+                self._loans.append((output, StorageWeakRef(storage)))
                 block.owner = None
                 self._lent_args.extend(
                     ConsumedInput(arg_index, block, *layout) for arg_index, *layout in arg_layouts
@@ -149,13 +154,13 @@ class _PathReuse:
         allocations (its outputs among them) there.
         """
         consumed = set()
-        for (node, index), loan in self._loans:
+        for output, loan in self._loans:
             owner = torch.UntypedStorage._new_with_weak_ptr(loan.cdata)
             if owner is None:
-                self._freed_for_capture.append((node, index))
-                consumed.add(node.recording.blocks[index].address)
+                self._freed_for_capture.append(output)
+                consumed.add(output.block.address)
             else:
-                node.recording.blocks[index].owner = owner
+                output.block.owner = owner
         self._loans = []
         self._lent_args = [arg for arg in self._lent_args if arg.block.address in consumed]
         return frozenset(consumed)
@@ -163,7 +168,7 @@ class _PathReuse:
     def _note_reuse(self, node: GraphNode) -> list[Output]:
         """Give the new node what its capture reused; returns those outputs."""
         freed, self._freed_for_capture = self._freed_for_capture, []
-        node.reused_outputs = tuple(n.recording.blocks[i] for n, i in freed)
+        node.reused_outputs = tuple(output.block for output in freed)
         node.consumed_inputs, self._lent_args = tuple(self._lent_args), []
         return freed
 
@@ -198,8 +203,8 @@ class OwnedOutputs(_PathReuse):
             super().lend_inputs(args)
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
-        for lender, _ in self._note_reuse(node):
-            self.lent_to.setdefault(lender, set()).add(node)
+        for lent in self._note_reuse(node):
+            self.lent_to.setdefault(lent.node, set()).add(node)
         return True
 
     def forget(self, nodes: list[GraphNode]) -> None:
@@ -207,8 +212,7 @@ class OwnedOutputs(_PathReuse):
             self.lent_to.pop(node, None)
 
     def _free(self, output: Output) -> None:
-        node, index = output
-        node.recording.blocks[index].owner = None  # the last reference: freed now
+        output.block.owner = None  # the last reference: freed now
 
 
 class CheckpointedPool(_PathReuse):
@@ -235,22 +239,22 @@ class CheckpointedPool(_PathReuse):
             self._free(output)
         missing = _in_capture_order(wanted - held)
         if missing:
-            owners = [node.recording.blocks[index].new_unowned_storage() for node, index in missing]
+            owners = [output.block.new_unowned_storage() for output in missing]
             self.backend.restore_pool(pool, self.checkpoints[parent], owners)
-            for (node, index), owner in zip(missing, owners):
-                node.recording.blocks[index].owner = owner
+            for output, owner in zip(missing, owners):
+                output.block.owner = owner
         self.pool_path = parent.path_from_root()
         self._begin_reuse(_in_capture_order(wanted))
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording
         held = self._held()
-        expected = [n.recording.blocks[i].owner for n, i in held]
+        expected = [output.block.owner for output in held]
         expected += [block.owner for block in recording.blocks]
         if not self.backend.pool_holds_exactly(pool, expected):
             return False
         self.checkpoints[node] = self.backend.checkpoint_pool(pool)
-        outputs = {(node, index) for index in range(len(recording.blocks))}
+        outputs = {Output(node, index) for index in range(len(recording.blocks))}
         self.allocated_at[node] = frozenset(held) | outputs
         self._note_reuse(node)
         self.pool_path.append(node)
@@ -262,7 +266,7 @@ class CheckpointedPool(_PathReuse):
             if node in dropped:
                 for leaving in self.pool_path[index:]:
                     for output_index in range(len(leaving.recording.blocks)):
-                        self._free((leaving, output_index))
+                        self._free(Output(leaving, output_index))
                 del self.pool_path[index:]
                 break
         for node in nodes:
@@ -270,14 +274,14 @@ class CheckpointedPool(_PathReuse):
             self.allocated_at.pop(node, None)
 
     def _free(self, output: Output) -> None:
-        block = output[0].recording.blocks[output[1]]
+        block = output.block
         if block.owner is not None:
             self.backend.free_storages([block.owner])
             block.owner = None
 
 
 def _in_capture_order(outputs) -> list[Output]:
-    return sorted(outputs, key=lambda output: (output[0].seq, output[1]))
+    return sorted(outputs, key=lambda output: (output.node.seq, output.index))
 
 
 def _take_arguments_in(outputs_by_ptr: dict[int, Output], args: list[Any]) -> dict[Output, list]:

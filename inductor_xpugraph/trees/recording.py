@@ -43,7 +43,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -58,6 +58,20 @@ _use_count = torch._C._storage_Use_Count
 
 # Where an output lies: (block, storage offset, size, stride, dtype).
 Layout = tuple["OutputBlock", int, torch.Size, tuple[int, ...], torch.dtype]
+
+
+class StaticInput(NamedTuple):
+    """A tensor input a replay does not copy, as it was at capture: a parameter, a buffer, an
+    output of an earlier graph of the path. A replay needs it at the same address."""
+
+    index: int  # argument position
+    address: int  # data_ptr()
+    storage_address: int  # untyped_storage().data_ptr(): tells which path block it lies in
+
+    @classmethod
+    def of(cls, args: Sequence[Any], index: int) -> StaticInput:
+        tensor = args[index]
+        return cls(index, tensor.data_ptr(), tensor.untyped_storage().data_ptr())
 
 
 class OutputBlock:
@@ -119,7 +133,7 @@ class Recording:
         self,
         graph: Graph,
         *,
-        static_inputs: Sequence[tuple[int, int, int]],
+        static_inputs: Sequence[StaticInput],
         copied_inputs: Sequence[int],
         input_buffers: Sequence[torch.Tensor],
         captured_outputs: Any,
@@ -128,9 +142,9 @@ class Recording:
         reuse_output_objects: bool = True,
         object_inputs: Sequence[tuple[int, Any]] = (),
     ) -> None:
-        """``static_inputs``: (input index, address, storage address) at capture of every
-        tensor input that is not copied: parameters and buffers, and outputs of earlier
-        graphs on the tree path, whose blocks ``path_blocks`` holds by address.
+        """``static_inputs``: every tensor input that is not copied, as it was at capture:
+        parameters and buffers, and outputs of earlier graphs on the tree path, whose blocks
+        ``path_blocks`` holds by address.
         ``object_inputs``: (input index, object) of the inputs that are neither tensors nor
         sizes (a ``torch.Generator``, a ``DeviceMesh`` or process group that DTensor passes):
         the graph baked them in, so a replay needs the same objects.
@@ -139,7 +153,7 @@ class Recording:
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
         (see the module docstring); not for gradients."""
         self.graph = graph
-        self.static_input_ptrs = tuple((i, ptr) for i, ptr, _ in static_inputs)
+        self.static_input_ptrs = tuple((s.index, s.address) for s in static_inputs)
         # The same, as torch's C++ check wants them (a model has hundreds of parameters).
         self._static_indices = [i for i, _ in self.static_input_ptrs]
         self._ptr_by_index: list[int | None] = [None] * (max(self._static_indices, default=-1) + 1)
@@ -157,7 +171,7 @@ class Recording:
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
         )
-        input_storages = {storage_ptr for _, _, storage_ptr in static_inputs} - consumed_inputs
+        input_storages = {s.storage_address for s in static_inputs} - consumed_inputs
         self._layouts, self._constants, self.blocks = _output_layouts(
             outputs, input_storages, path_blocks or {}
         )

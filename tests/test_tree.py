@@ -180,3 +180,21 @@ def test_generated_module_called_directly_in_a_loop_replays(device):
     stats = inductor_xpugraph.stats()
     # reset() made the callable warm up again: warmup, record, then replays.
     assert (stats["warmups"], stats["records"], stats["replays"]) == (1, 1, 3)
+
+
+def test_the_captures_of_a_step_are_summarised_in_one_info_line(device, caplog):
+    def two_graphs(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    compiled = torch.compile(two_graphs, mode="reduce-overhead")
+    x = torch.randn(2**18, device=device)  # 1 MiB
+    with caplog.at_level(logging.INFO, logger="inductor_xpugraph"):
+        for _ in range(4):  # warmup, capture of both graphs, then two steps of replays
+            compiled(x)
+    lines = [r.getMessage() for r in caplog.records if "captured" in r.getMessage()]
+    assert len(lines) == 1
+    assert ": captured 2 graph(s) in " in lines[0]
+    pool_mib = inductor_xpugraph.stats()["pool_bytes"] / 2**20
+    assert pool_mib >= 1 and f"graph outputs now hold {pool_mib:.1f} MiB of the pool" in lines[0]

@@ -74,6 +74,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -124,6 +125,13 @@ class GraphTree:
         self.root = GraphNode.marker("<root>")
         # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
         self.off_tree = GraphNode.marker("<off tree>")
+        # Captures (and everything else off the replay fast path) are serialised.
+        self.lock = threading.RLock()
+        self._seq = itertools.count(1)
+        self._start_empty()
+
+    def _start_empty(self) -> None:
+        """The state of a tree with no nodes (``__init__``, ``reset``)."""
         self.current = self.root
         self.generation: int | None = None
         # Generations started on this tree: a clock for how often things happen per step.
@@ -137,15 +145,15 @@ class GraphTree:
         # What the generation that ended handed out, when retiring it is left to the first
         # call of the new one (see ``start_generation``); None once retired.
         self.unretired: HandedOut | None = None
-        # Captures (and everything else off the replay fast path) are serialised.
-        self.lock = threading.RLock()
         self._pool: Any = None
-        self._seq = itertools.count(1)
         self.memory = memory_strategy(self.backend)
         # Set when this tree must record again, from the next generation, with this strategy.
         self.next_memory: MemoryStrategy | None = None
         # Callables that no longer exist; their nodes are dropped off the fast path.
         self.forgotten_callables: list[int] = []
+        # Captures since the last summary line (``_log_captures``): how many, and seconds.
+        self.captures_unlogged = 0
+        self.capture_seconds_unlogged = 0.0
 
     @property
     def pool(self) -> Any:
@@ -191,6 +199,8 @@ class GraphTree:
         otherwise it is host work only, and the fast path does it right after its launch,
         while the device runs (``retire_ended_generation``)."""
         self.retire_ended_generation()
+        if self.captures_unlogged:
+            self._log_captures()
         self.unretired = self._take_handed_out()
         if self.next_memory is not None or self.unretired.may_copy():
             self.retire_ended_generation()
@@ -323,6 +333,7 @@ class GraphTree:
         its outputs, and the addresses of the path outputs it consumed (freed after their
         last use; its own outputs may lie there now).
         """
+        started = time.perf_counter()
         self.memory.prepare_capture(self.current, self.pool)
         self.memory.lend_inputs(args)
         try:
@@ -331,7 +342,23 @@ class GraphTree:
             self._start_over_after_failed_capture()
             raise
         consumed = self.memory.settle_loans()
+        self.captures_unlogged += 1
+        self.capture_seconds_unlogged += time.perf_counter() - started
         return graph, outputs, consumed
+
+    def _log_captures(self) -> None:
+        """One info line for the captures of the generation that ended (as vLLM logs one
+        per capture burst): how many, how long they took, and the pool they left."""
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "inductor_xpugraph: %s: captured %d graph(s) in %.0f ms during the last step; "
+                "graph outputs now hold %.1f MiB of the pool",
+                self.device,
+                self.captures_unlogged,
+                self.capture_seconds_unlogged * 1e3,
+                self.pool_bytes() / 2**20,
+            )
+        self.captures_unlogged, self.capture_seconds_unlogged = 0, 0.0
 
     def _start_over_after_failed_capture(self) -> None:
         """A capture raised. Memory it was lent, or that was freed for it, may be gone, and
@@ -454,14 +481,7 @@ class GraphTree:
             self.root.children.clear()
             self.root.other_variants.clear()
             _unlink(nodes)
-            self.current = self.root
-            self.pending_backward = False
-            self.generation = None
-            self.generations_started = 0
-            self.forgotten_callables = []
-            self._pool = None
-            self.memory = memory_strategy(self.backend)
-            self.next_memory = None
+            self._start_empty()
 
     def nodes(self) -> list[GraphNode]:
         return self.root.subtree()[1:]

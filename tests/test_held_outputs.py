@@ -153,12 +153,102 @@ def test_a_tensor_saved_by_an_autograd_function_raises_in_a_later_backward(devic
         loss.backward()
 
 
-def test_an_earlier_output_passed_back_in_raises(device):
+def test_an_output_of_two_steps_back_passed_back_in_raises(device):
     compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
-    for _ in range(3):
-        out = compiled(torch.randn(8, device=device))
+    outs = [compiled(torch.randn(8, device=device)) for _ in range(3)]
+    with pytest.raises(RuntimeError, match=STALE):
+        compiled(outs[1])
+
+
+def test_the_previous_output_passed_back_in_is_read_as_an_input(device):
+    """Note [Outputs passed back in]: ``state = step(state)`` through warmup, record and
+    replays gives eager's values and stays graphed."""
+    compiled = torch.compile(lambda x: x * 0.5 + 1, mode="reduce-overhead")
+    state = torch.randn(8, device=device)
+    expected = state.clone()
+    for _ in range(6):
+        state = compiled(state)
+        expected = expected * 0.5 + 1
+    torch.testing.assert_close(state, expected)
+    stats = inductor_xpugraph.stats()
+    assert (stats["warmups"], stats["records"], stats["replays"]) == (1, 1, 4)
+
+
+def test_an_output_passed_back_in_still_goes_stale_for_the_caller(device):
+    compiled = torch.compile(lambda x: x * 0.5 + 1, mode="reduce-overhead")
+    states = [torch.randn(8, device=device)]
+    for _ in range(5):
+        states.append(compiled(states[-1]))
+    with pytest.raises(RuntimeError, match=STALE):
+        states[3].sum()
+    expected = states[0]
+    for _ in range(5):
+        expected = expected * 0.5 + 1
+    torch.testing.assert_close(states[-1], expected)
+
+
+def test_an_output_and_its_view_passed_back_in_are_read_as_inputs(device):
+    compiled = torch.compile(lambda x, head: x * 0.5 + head.sum(), mode="reduce-overhead")
+    state = torch.randn(8, device=device)
+    expected = state.clone()
+    for _ in range(5):
+        state = compiled(state, state[:2])
+        expected = expected * 0.5 + expected[:2].sum()
+    torch.testing.assert_close(state, expected)
+
+
+def test_an_input_the_graph_mutates_is_not_copied_when_passed_back(device):
+    """A mutation of a copy would be lost: the stale output raises instead."""
+
+    def scale_in_place(x):
+        x.mul_(2)
+        return x + 1
+
+    compiled = torch.compile(scale_in_place, mode="reduce-overhead")
+    out = compiled(torch.randn(8, device=device))
     with pytest.raises(RuntimeError, match=STALE):
         compiled(out)
+
+
+def test_an_output_passed_back_to_a_later_graph_of_the_step_raises(device):
+    """Only the call that starts a step reads an output of the step before before any
+    replay of the new step may overwrite it."""
+
+    def two_graphs(x, kept):
+        y = x + 1
+        torch._dynamo.graph_break()
+        return y * kept
+
+    compiled = torch.compile(two_graphs, mode="reduce-overhead")
+    x = torch.randn(8, device=device)
+    kept = compiled(x, torch.randn(8, device=device))
+    with pytest.raises(RuntimeError, match=STALE):
+        compiled(x, kept)
+
+
+def test_truncated_bptt_passing_the_detached_state_back_trains_as_eager(device):
+    torch.manual_seed(0)
+    cell = torch.nn.Linear(16, 16).to(device)
+    reference = copy.deepcopy(cell)
+
+    def step(module, h, x):
+        h = torch.tanh(module(h) + x)
+        return h, h.square().mean()
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    h = h_ref = torch.zeros(4, 16, device=device)
+    for _ in range(6):
+        x = torch.randn(4, 16, device=device)
+        h, loss = compiled(cell, h, x)
+        h_ref, loss_ref = step(reference, h_ref, x)
+        loss.backward()
+        loss_ref.backward()
+        assert max_grad_difference(cell, reference) <= 1e-5
+        h, h_ref = h.detach(), h_ref.detach()
+        for p in list(cell.parameters()) + list(reference.parameters()):
+            p.grad = None
+    torch.testing.assert_close(h, h_ref)
+    assert inductor_xpugraph.stats()["replays"] >= 6
 
 
 class LaunchSpy:

@@ -127,6 +127,10 @@ class GraphedCallable:
         self._calls_before_record: dict[tuple[int, ...], int] = {}
         # Positions of int (size) inputs; None until the first call.
         self._size_inputs: tuple[int, ...] | None = None
+        # Positions where the call that starts a generation may be passed an output of the
+        # generation before (Note [Outputs passed back in]): the tensor inputs that are
+        # neither static nor mutated. None until the first call.
+        self._passed_back: tuple[int, ...] | None = None
         # Addresses of the static inputs of every recording made, to tell a set that comes
         # back from a new one; and the tree generations at which the latest new sets were
         # recorded (the last rerecord_limit + 1), for the thrash guard.
@@ -139,11 +143,17 @@ class GraphedCallable:
         tree = thread_trees().get(self.device) or tree_for(self.device)
         # tree.py current_generation(), inlined: this is the replay fast path.
         if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
-            tree.maybe_start_generation(backward=not self._may_restart_generation)
+            tree.maybe_start_generation(
+                args, self._positions_passed_back(args), not self._may_restart_generation
+            )
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         node = tree.current.children.get((self.id, key))
-        if node is None and self._may_restart_generation and tree.restart_if_repeated(self.id):
+        if (
+            node is None
+            and self._may_restart_generation
+            and tree.restart_if_repeated(self.id, args, self._positions_passed_back(args))
+        ):
             node = tree.current.children.get((self.id, key))
         if (
             node is not None
@@ -152,14 +162,10 @@ class GraphedCallable:
             and (not node.reused_outputs or node.release_reused_memory(args))
         ):
             recording = node.recording
-            if tree.unretired is None:
-                recording.launch(args)
-            else:  # a generation's first call: retire the one before while the device runs
-                inputs = args.copy()
-                recording.launch(args)
-                if tree.retire_ended_generation():
-                    recording.check_copied_inputs_not_stale(inputs)
-                del inputs
+            recording.launch(args)
+            if tree.unretired is not None:
+                # A generation's first call: retire the one before while the device runs.
+                tree.retire_ended_generation()
             outputs = recording.hand_out()  # host work too
             tree.current = node
             tree.replayed_nodes.append(node)
@@ -172,6 +178,17 @@ class GraphedCallable:
             outputs = self._slow_path(tree, key, args)
         self._after_run(tree)
         return outputs
+
+    def _positions_passed_back(self, args: list[Any]) -> tuple[int, ...]:
+        if self._passed_back is None:
+            self._passed_back = tuple(
+                i
+                for i, arg in enumerate(args)
+                if isinstance(arg, torch.Tensor)
+                and i not in self.static_inputs
+                and i not in self.mutated_inputs
+            )
+        return self._passed_back
 
     # -- slow paths ---------------------------------------------------------------------------
 

@@ -175,6 +175,7 @@ class Recording:
         self._layouts, self._constants, self.blocks = _output_layouts(
             outputs, input_storages, path_blocks or {}
         )
+        self.block_addresses = frozenset(block.address for block in self.blocks)
         self._reuses_outputs = reuse_output_objects
         # Output positions over each block this recording builds tensors over. Each position
         # holds its alias over the block, and the object it hands out when reused.
@@ -298,13 +299,6 @@ class Recording:
         self._copy_inputs(args)
         args.clear()
         self.graph.replay()
-
-    def check_copied_inputs_not_stale(self, args: Sequence[Any]) -> None:
-        """Raise the stale-output error if a copied input is an output that was retired
-        after this replay's launch copied it: as the copy itself raises when retiring
-        comes first (the launch copied the values still there, and nothing is handed out)."""
-        for i in self.copied_inputs:
-            args[i].data_ptr()  # raises for a retired tensor (``invalidation``)
 
     def hand_out(self) -> Any:
         """The outputs of the replay just launched (host work only, while the device runs):

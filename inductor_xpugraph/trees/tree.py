@@ -66,6 +66,23 @@ again while nobody holds them (``recording``), tell whether the caller still use
    correct, at the price of a copy; without a way to hand over (torch 2.11 and no
    extension), gradients are made stale like the rest: loud, as upstream's trees are.
 ``reset()`` retires the same way (the message says that reset dropped the output).
+
+Note [Outputs passed back in]
+-----------------------------
+A loop that feeds a step's output into the next step (``state = step(state)``: a recurrent
+cell, an ODE or diffusion integrator, a decode loop that passes its cache back) hands the
+generation's first call an output that retiring is about to make stale. That call reads it
+as an input, and nothing has overwritten it yet, but it cannot be read in place: the retire
+would invalidate it before the call reads it (when retiring comes first), and a capture, or
+a replay's input copy, may be placed in its memory (sibling branches share memory). So
+before anything is retired, each such argument of that call is replaced, for the call only,
+by a tensor of the same layout over a copy of its memory (``HandedOut.copy_passed_back``):
+one device copy per step and output passed back. The caller's tensor goes stale as usual.
+Positions the callable mutates are left alone (a mutation of a copy would be lost: they
+raise), and so are gradients, which retiring hands over instead. An output passed to any
+later call of the new generation raises: the generation's replays may have overwritten it.
+Upstream's trees raise when such a call warms up or records (``try_end_curr_warmup`` and
+``try_end_curr_recording`` invalidate the path's outputs first).
 """
 
 from __future__ import annotations
@@ -76,6 +93,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -88,6 +106,7 @@ from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_inva
 from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
 from .node import GraphNode, Phase
 from .recording import InputBuffers, OutputBlock, Recording, hand_over
+from .storages import tensor_over
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -163,17 +182,22 @@ class GraphTree:
 
     # -- generations --------------------------------------------------------------------------
 
-    def maybe_start_generation(self, backward: bool = False) -> None:
+    def maybe_start_generation(
+        self, args: list[Any], passed_back: Sequence[int], backward: bool = False
+    ) -> None:
         """Called when the generation counter moved: start a new one if that is safe.
 
         A backward never starts one (unless the user drives generations with
         mark_step_begin): it belongs to the iteration of its forward, even when another
         backward of that iteration already ran (two forwards, then their two backwards).
+        ``args``, ``passed_back``: see ``start_generation``.
         """
         if MarkStepBox.mark_step_counter or not (self.pending_backward or backward):
-            self.start_generation()
+            self.start_generation(args, passed_back)
 
-    def restart_if_repeated(self, callable_id: int) -> bool:
+    def restart_if_repeated(
+        self, callable_id: int, args: list[Any], passed_back: Sequence[int]
+    ) -> bool:
         """A callable met again on the current path starts a new generation, when allowed.
 
         Calls that do not go through ``torch.compile`` (a loaded standalone/AOT artifact, the
@@ -189,19 +213,25 @@ class GraphTree:
             if node.parent is None:  # reached the root: not on the path
                 return False
             node = node.parent
-        self.start_generation()
+        self.start_generation(args, passed_back)
         return True
 
-    def start_generation(self) -> None:
+    def start_generation(self, args: list[Any] = (), passed_back: Sequence[int] = ()) -> None:
         """The path restarts at the root, and what the generation that ended handed out is
         retired: at once when retiring may copy memory out of the pool (the copy must be
         queued before any replay overwrites that memory) or nodes are about to be dropped;
         otherwise it is host work only, and the fast path does it right after its launch,
-        while the device runs (``retire_ended_generation``)."""
+        while the device runs (``retire_ended_generation``).
+
+        ``args`` are those of the call that starts the generation: the ones at positions
+        ``passed_back`` that are outputs of the generation that ended are replaced by
+        copies first (Note [Outputs passed back in])."""
         self.retire_ended_generation()
         if self.captures_unlogged:
             self._log_captures()
         self.unretired = self._take_handed_out()
+        if passed_back:
+            self.unretired.copy_passed_back(args, passed_back)
         if self.next_memory is not None or self.unretired.may_copy():
             self.retire_ended_generation()
         if self.next_memory is not None:
@@ -503,6 +533,33 @@ class HandedOut:
     ) -> None:
         self.nodes = nodes
         self.eager_outputs = eager_outputs
+
+    def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
+        """Replace each tensor of ``args`` at ``positions`` that is about to go stale (an
+        output of a forward or inference graph, or an un-graphed output, of this generation)
+        by a tensor of the same layout over a copy of its memory. Arguments that shared
+        memory share the copy. See Note [Outputs passed back in]."""
+        copies: dict[int, torch.UntypedStorage] = {}
+        for i in positions:
+            arg = args[i]
+            storage = arg.untyped_storage()
+            address = storage.data_ptr()
+            copy = copies.get(address)
+            if copy is None:
+                if not self._goes_stale(arg, address):
+                    continue
+                copy = copies[address] = storage.clone()
+            args[i] = tensor_over(copy, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
+
+    def _goes_stale(self, tensor: torch.Tensor, address: int) -> bool:
+        for node in self.nodes:  # gradients are not made stale: they are handed over
+            if node.phase is not Phase.BACKWARD and address in node.recording.block_addresses:
+                return True
+        for _, refs in self.eager_outputs:
+            for ref in refs:
+                if ref() is tensor:
+                    return True
+        return False
 
     def may_copy(self) -> bool:
         """Whether retiring it may copy memory out of the pool (``hand_over``): gradients

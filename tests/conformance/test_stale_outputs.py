@@ -86,3 +86,19 @@ def test_an_earlier_output_passed_back_in_raises(impl):
     outs = run_three_times(fn, x)
     with pytest.raises(RuntimeError, match=impl.stale_output):
         fn(outs[1])
+
+
+@pytest.mark.difference(
+    "upstream invalidates a step's outputs before a call of the next step warms up or records "
+    "(try_end_curr_warmup, try_end_curr_recording), so that call raises reading the output "
+    "passed back in; ours gives the call a copy (README, outputs passed back in)",
+    impls=("upstream",),
+)
+def test_the_previous_output_passed_back_in_is_read_as_an_input(impl):
+    fn = impl.compile(lambda x: x * 0.5 + 1)
+    state = torch.randn(8, device=impl.device)
+    expected = state.clone()
+    for _ in range(5):
+        state = fn(state)
+        expected = expected * 0.5 + 1
+    torch.testing.assert_close(state, expected)

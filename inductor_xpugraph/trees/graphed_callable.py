@@ -143,9 +143,8 @@ class GraphedCallable:
         tree = thread_trees().get(self.device) or tree_for(self.device)
         # tree.py current_generation(), inlined: this is the replay fast path.
         if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
-            tree.maybe_start_generation(
-                args, self._positions_passed_back(args), not self._may_restart_generation
-            )
+            passed_back = self._passed_back or self._positions_passed_back(args)
+            tree.maybe_start_generation(args, passed_back, not self._may_restart_generation)
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         node = tree.current.children.get((self.id, key))

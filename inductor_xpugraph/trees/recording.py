@@ -175,7 +175,15 @@ class Recording:
         self._layouts, self._constants, self.blocks = _output_layouts(
             outputs, input_storages, path_blocks or {}
         )
-        self.block_addresses = frozenset(block.address for block in self.blocks)
+        # The memory the blocks span, a quick test of whether a tensor lies in one.
+        self._span = (
+            (
+                min(block.address for block in self.blocks),
+                max(block.address + block.nbytes for block in self.blocks),
+            )
+            if self.blocks
+            else (1, 0)
+        )
         self._reuses_outputs = reuse_output_objects
         # Output positions over each block this recording builds tensors over. Each position
         # holds its alias over the block, and the object it hands out when reused.
@@ -299,6 +307,17 @@ class Recording:
         self._copy_inputs(args)
         args.clear()
         self.graph.replay()
+
+    def may_hold(self, address: int) -> bool:
+        """Whether ``address`` (a tensor's ``data_ptr()``) lies in one of the blocks, or
+        just past its end (a tensor with no elements there: counted, to err on the safe side)."""
+        low, high = self._span
+        if not low <= address <= high:
+            return False
+        for block in self.blocks:
+            if block.address <= address <= block.address + block.nbytes:
+                return True
+        return False
 
     def hand_out(self) -> Any:
         """The outputs of the replay just launched (host work only, while the device runs):

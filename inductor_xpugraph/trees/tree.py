@@ -535,25 +535,25 @@ class HandedOut:
         self.eager_outputs = eager_outputs
 
     def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
-        """Replace each tensor of ``args`` at ``positions`` that is about to go stale (an
-        output of a forward or inference graph, or an un-graphed output, of this generation)
-        by a tensor of the same layout over a copy of its memory. Arguments that shared
-        memory share the copy. See Note [Outputs passed back in]."""
+        """Replace each tensor of ``args`` at ``positions`` that is about to go stale (in an
+        output block of a forward or inference graph, or an un-graphed output, of this
+        generation) by a tensor of the same layout over a copy of its memory. Arguments that
+        shared memory share the copy. See Note [Outputs passed back in]."""
         copies: dict[int, torch.UntypedStorage] = {}
         for i in positions:
             arg = args[i]
+            if not self._goes_stale(arg):
+                continue
             storage = arg.untyped_storage()
-            address = storage.data_ptr()
-            copy = copies.get(address)
+            copy = copies.get(storage.data_ptr())
             if copy is None:
-                if not self._goes_stale(arg, address):
-                    continue
-                copy = copies[address] = storage.clone()
+                copy = copies[storage.data_ptr()] = storage.clone()
             args[i] = tensor_over(copy, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
 
-    def _goes_stale(self, tensor: torch.Tensor, address: int) -> bool:
+    def _goes_stale(self, tensor: torch.Tensor) -> bool:
+        address = tensor.data_ptr()
         for node in self.nodes:  # gradients are not made stale: they are handed over
-            if node.phase is not Phase.BACKWARD and address in node.recording.block_addresses:
+            if node.phase is not Phase.BACKWARD and node.recording.may_hold(address):
                 return True
         for _, refs in self.eager_outputs:
             for ref in refs:

@@ -1,6 +1,7 @@
-"""Real clients on cuda: Hugging Face ``generate`` with a static cache, torchvision ResNet-18 and
-a BERT encoder, random weights. Needs the GPU machine (``-m gpu``) and transformers /
-torchvision; ``benchmarks/real_clients.py`` times the same clients against upstream.
+"""Real clients: Hugging Face ``generate`` with a static cache, torchvision ResNet-18 and a BERT
+encoder on cuda (``-m gpu``; ``benchmarks/real_clients.py`` times them against upstream); and,
+on the emulator too, decode loops that feed each step's outputs into the next step (an LSTM
+cell sampler, Hugging Face GPT-2 passing its dynamic KV cache back). Random weights.
 """
 
 import pytest
@@ -78,3 +79,60 @@ def test_bert_encoder_replays_match_eager_at_two_batch_sizes(cuda_device):
                 torch.testing.assert_close(got, model(ids).last_hidden_state, rtol=1e-3, atol=1e-3)
     assert inductor_xpugraph.stats()["fallbacks"] == 0
     assert inductor_xpugraph.stats()["replays"] >= 8
+
+
+def test_an_lstm_cell_sampler_feeding_its_state_back_replays_as_eager(device):
+    """A char-RNN sampling loop: the state (h, c) and the sampled token of each step are the
+    next step's inputs (Note [Outputs passed back in])."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(50, 32).to(device)
+    cell = torch.nn.LSTMCell(32, 64).to(device)
+    head = torch.nn.Linear(64, 50).to(device)
+
+    def step(token, h, c):
+        h, c = cell(embed(token), (h, c))
+        return head(h).argmax(-1), h, c
+
+    def sample(fn, steps=10):
+        token = torch.zeros(2, dtype=torch.long, device=device)
+        h, c = torch.zeros(2, 64, device=device), torch.zeros(2, 64, device=device)
+        tokens = []
+        with torch.no_grad():
+            for _ in range(steps):
+                token, h, c = fn(token, h, c)
+                tokens.append(token.clone())
+        return torch.stack(tokens), h.clone()
+
+    expected_tokens, expected_h = sample(step)
+    tokens, h = sample(torch.compile(step, mode="reduce-overhead"))
+    assert torch.equal(tokens, expected_tokens)
+    torch.testing.assert_close(h, expected_h)
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"], stats["fallbacks"]) == (1, 8, 0), stats
+
+
+def test_hf_gpt2_decode_passing_its_dynamic_cache_back_matches_eager(device):
+    """The dynamic KV cache a step returns is the next step's input: upstream's trees raise
+    here at the first decode step. Each step has a new cache length, so each is warmed up
+    (un-graphed) for its size: this checks the loop runs and matches eager, not speed."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=64, vocab_size=100, n_positions=64, eos_token_id=0
+    )
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).to(device).eval()
+
+    def decode(fn, steps=6):
+        ids, past, logits = torch.tensor([[1, 2, 3]], device=device), None, []
+        with torch.no_grad():
+            for _ in range(steps):
+                out = fn(input_ids=ids, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits.append(out.logits[:, -1].clone())
+                ids = out.logits[:, -1:].argmax(-1)
+        return torch.cat(logits)
+
+    expected = decode(model)
+    torch.testing.assert_close(
+        decode(torch.compile(model, mode="reduce-overhead")), expected, rtol=1e-4, atol=1e-4
+    )

@@ -248,8 +248,9 @@ class GraphedCallable:
             return False
         if sizes_seen == config.dynamic_shape_warn_limit:
             log.warning(
-                "inductor_xpugraph: %s has been recorded for %d distinct sizes; each keeps "
-                "its own graph and memory. Mark the sizes static, pad inputs, or set "
+                "inductor_xpugraph: %s has been called with %d distinct sizes; each is "
+                "warmed up and recorded on its own and keeps its own graph and memory. Mark "
+                "the sizes static, pad inputs, or set "
                 "inductor_xpugraph.config.skip_dynamic_graphs=True.",
                 self.name,
                 sizes_seen,

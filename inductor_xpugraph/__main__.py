@@ -86,12 +86,46 @@ def demo(args: argparse.Namespace) -> int:
 
     inductor_xpugraph.reset()
     torch._dynamo.reset()
+    tokens = sample_with_an_lstm_cell(device)
+    counters = inductor_xpugraph.stats()
+    print(
+        f"\nA sampling loop that feeds each step's state back in ({len(tokens)} steps): "
+        f"{counters['warmups']} warmup, {counters['records']} record, "
+        f"{counters['replays']} replays; tokens {tokens}"
+    )
+
+    inductor_xpugraph.reset()
+    torch._dynamo.reset()
     train_with_a_graph_break(device)
     print("\nA training loop with a graph break and two batch sizes (inductor_xpugraph.report()):")
     print(inductor_xpugraph.report(args.picture))
     if args.picture:
         print(f"(drawn into {args.picture})")
     return 0
+
+
+def sample_with_an_lstm_cell(device: str, steps: int = 12) -> list[int]:
+    """How a decode loop uses graphs (as gpt-fast writes one): the state a step returns is
+    the next step's input, as is; what the caller keeps past the next step is cloned, because
+    the next replay overwrites the graph's outputs (reading a kept output raises)."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(64, 32).to(device)
+    cell = torch.nn.LSTMCell(32, 64).to(device)
+    head = torch.nn.Linear(64, 64).to(device)
+
+    @torch.compile(mode="reduce-overhead")
+    def step(token, h, c):
+        h, c = cell(embed(token), (h, c))
+        return head(h).argmax(-1), h, c
+
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    h, c = torch.zeros(1, 64, device=device), torch.zeros(1, 64, device=device)
+    kept = []
+    with torch.no_grad():
+        for _ in range(steps):
+            token, h, c = step(token, h, c)  # outputs passed back in: no clone needed
+            kept.append(token.clone())  # kept past the next step: cloned
+    return torch.cat(kept).tolist()
 
 
 def train_with_a_graph_break(device: str, steps_per_size: int = 4) -> None:

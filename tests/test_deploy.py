@@ -96,6 +96,30 @@ def test_load_checks_the_export_and_returns_a_graphed_callable(exported):
     assert inductor_xpugraph.stats()["replays"] >= 1
 
 
+def test_a_loaded_export_reads_its_previous_output_passed_back_in(tmp_path):
+    """Calls of a loaded artifact move no torch.compile counter: a callable met again starts
+    the next step (``restart_if_repeated``), and its output passed back in is read as an
+    input there too (Note [Outputs passed back in])."""
+
+    def cell(x, w):
+        return torch.tanh(x @ w)
+
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 16), torch.randn(16, 16) * 0.3
+    inductor_xpugraph.disable("cpu")
+    export(cell, [x, w], tmp_path / "cell")
+    inductor_xpugraph.reset()
+    fn = load(tmp_path / "cell")
+    state, expected = x, x
+    for _ in range(5):
+        out = fn(state, w)
+        state = out[0] if isinstance(out, (list, tuple)) else out
+        expected = cell(expected, w)
+    torch.testing.assert_close(state, expected)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 1 and stats["replays"] >= 3, stats
+
+
 def test_manifest_lists_the_graphs_the_wrapper_captures(exported):
     manifest = json.loads((exported / MANIFEST).read_text())
     (graph,) = manifest["graphs"]

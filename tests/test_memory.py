@@ -12,7 +12,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
-from inductor_xpugraph.trees.node import Phase
+from inductor_xpugraph.trees.node import CallableIdentity, Phase
 from inductor_xpugraph.trees.recording import InputBuffers, Recording, StaticInput
 from inductor_xpugraph.trees.tree import GraphTree
 
@@ -85,7 +85,9 @@ def record(tree, callable_id, leak=False, make_output=lambda: torch.empty(16)):
         None, static_inputs=[], copied_inputs=[], input_buffers=[], captured_outputs=outputs
     )
     del outputs
-    node = tree.add_node(callable_id, f"graph{callable_id}", Phase.INFERENCE, (), recording)
+    node = tree.add_node(
+        CallableIdentity(callable_id, f"graph{callable_id}", Phase.INFERENCE), (), recording
+    )
     tree.enter(node)
     return node, recording.outputs()[0]
 
@@ -115,7 +117,9 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
         consumed_inputs=consumed,
     )
     del outputs
-    node = tree.add_node(callable_id, f"graph{callable_id}", Phase.BACKWARD, (), recording)
+    node = tree.add_node(
+        CallableIdentity(callable_id, f"graph{callable_id}", Phase.BACKWARD), (), recording
+    )
     tree.enter(node)
     return node
 
@@ -257,7 +261,7 @@ def test_a_copied_input_the_capture_returns_is_pool_memory_a_later_capture_can_c
         captured_outputs=outputs,
     )
     del outputs
-    a = tree.add_node(0, "forward", Phase.FORWARD, (), recording)
+    a = tree.add_node(CallableIdentity(0, "forward", Phase.FORWARD), (), recording)
     tree.enter(a)
     (buffer,) = recording.input_buffers
     assert buffer.data_ptr() in tree.backend.allocated

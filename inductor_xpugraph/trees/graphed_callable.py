@@ -62,7 +62,7 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
 from . import stats
-from .node import GraphNode, Phase
+from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, Recording, StaticInput, input_identity
 from .tree import GraphTree, all_trees, thread_trees, tree_for
 
@@ -93,12 +93,10 @@ class GraphedCallable:
     ) -> None:
         self.fn = fn
         self.device = device
-        self.id = next(_callable_ids)
+        self.identity = CallableIdentity(next(_callable_ids), name, phase, source)
+        self.id, self.name, self.phase, self.source = self.identity
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
-        self.phase = phase
-        self.name = name
-        self.source = source  # the user's source line of the graph, when Inductor kept it
         # The compile that loaded this callable (None outside one), for the structured trace.
         self.compile_id = torch._guards.CompileContext.current_compile_id()
         self._after_run = {
@@ -231,7 +229,7 @@ class GraphedCallable:
         """
         input_ids = {id(arg) for arg in args}
         outputs = tree.backend.warmup(self.fn, args)
-        tree.hand_out_eager(self, [out for out in outputs if id(out) not in input_ids])
+        tree.hand_out_eager(self.identity, [out for out in outputs if id(out) not in input_ids])
         return outputs
 
     def _accept_new_size(self) -> bool:
@@ -374,7 +372,7 @@ class GraphedCallable:
             object_inputs=object_inputs,
         )
         del captured_outputs, capture_args
-        node = tree.add_node(self.id, self.name, self.phase, key, recording, self.source)
+        node = tree.add_node(self.identity, key, recording)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
         _trace_recording(self, tree, node)
         # The capture computed nothing on a real device: this replay produces the result.

@@ -29,6 +29,16 @@ class Phase(str, enum.Enum):
         return self.value
 
 
+class CallableIdentity(NamedTuple):
+    """One graphed callable, as its nodes and handed-out outputs name it: the tree's key and,
+    for messages and reports, its graph's name, phase and the user's source line."""
+
+    id: int
+    name: str  # e.g. "0_forward:call"
+    phase: Phase
+    source: str | None = None  # "path:line in function", when Inductor kept it
+
+
 class ConsumedInput(NamedTuple):
     """An argument of a capture that was an earlier output of the path, which the capture
     freed after its last use: each replay rebuilds it over the block's current storage."""
@@ -50,6 +60,7 @@ class GraphNode:
     where a generation that left the tree is."""
 
     __slots__ = (
+        "identity",
         "callable_id",
         "name",
         "phase",
@@ -67,16 +78,17 @@ class GraphNode:
 
     def __init__(
         self,
-        callable_id: int | None,
-        name: str,
-        phase: Phase | None,
+        identity: CallableIdentity | None,
         parent: GraphNode | None,
         recording: Recording | None,
         seq: int,
     ) -> None:
-        self.callable_id = callable_id
-        self.name = name
-        self.phase = phase
+        self.identity = identity
+        # Read often (retiring, reports): plain attributes, None on a marker.
+        self.callable_id = identity.id if identity else None
+        self.name = identity.name if identity else ""
+        self.phase = identity.phase if identity else None
+        self.source = identity.source if identity else None
         self.parent = parent
         # Per (callable id, sizes): the recording used last here (the replay fast path looks
         # it up), and the others, for other addresses of the static inputs, most recent first.
@@ -89,16 +101,17 @@ class GraphNode:
         self.reused_outputs: tuple[OutputBlock, ...] = ()
         # Inputs that were such outputs and that the capture consumed.
         self.consumed_inputs: tuple[ConsumedInput, ...] = ()
-        # For reports: the integer inputs it was recorded for, the user's source line of its
-        # graph, and how often it replayed (its recording's first run is not a replay).
+        # For reports: the integer inputs it was recorded for, and how often it replayed (its
+        # recording's first run is not a replay).
         self.sizes: tuple[int, ...] = ()
-        self.source: str | None = None
         self.replays = 0
 
     @classmethod
     def marker(cls, name: str) -> GraphNode:
         """A node no callable has: no parent, no recording, no phase."""
-        return cls(None, name, None, None, None, 0)
+        node = cls(None, None, None, 0)
+        node.name = name
+        return node
 
     def release_reused_memory(self, args: list[Any]) -> bool:
         """Drop ``args``' references to consumed inputs, then check nothing else references

@@ -104,7 +104,7 @@ from . import stats
 from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
-from .node import GraphNode, Phase
+from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, OutputBlock, Recording, hand_over
 from .storages import tensor_over
 
@@ -157,10 +157,10 @@ class GraphTree:
         self.generations_started = 0
         self.pending_backward = False
         # What handed outputs out since the generation started: nodes that ran (their output
-        # objects are their recordings'), and un-graphed runs, as (callable, weak references
-        # to its outputs) pairs.
+        # objects are their recordings'), and un-graphed runs, as (callable identity, weak
+        # references to its outputs) pairs.
         self.replayed_nodes: list[GraphNode] = []
-        self.eager_outputs: list[tuple[Any, list[weakref.ref]]] = []
+        self.eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]] = []
         # What the generation that ended handed out, when retiring it is left to the first
         # call of the new one (see ``start_generation``); None once retired.
         self.unretired: HandedOut | None = None
@@ -249,8 +249,8 @@ class GraphTree:
             with self.lock:
                 self.drop_forgotten()  # a freed model's memory goes back at its next step
 
-    def hand_out_eager(self, producer: Any, outputs: Any) -> None:
-        """Note what an un-graphed run of ``producer`` (a callable) gave the caller in this
+    def hand_out_eager(self, producer: CallableIdentity, outputs: Any) -> None:
+        """Note what an un-graphed run of ``producer`` gave the caller in this
         generation, to retire it when the generation ends (nodes that ran are noted in
         ``replayed_nodes``).
 
@@ -399,17 +399,11 @@ class GraphTree:
         self.current = self.off_tree
 
     def add_node(
-        self,
-        callable_id: int,
-        name: str,
-        phase: Phase,
-        key: tuple[int, ...],
-        recording: Recording,
-        source: str | None = None,
+        self, identity: CallableIdentity, key: tuple[int, ...], recording: Recording
     ) -> GraphNode:
-        node = GraphNode(callable_id, name, phase, self.current, recording, next(self._seq))
-        node.sizes, node.source = key, source
-        self.current.use_variant((callable_id, key), node)
+        node = GraphNode(identity, self.current, recording, next(self._seq))
+        node.sizes = key
+        self.current.use_variant((identity.id, key), node)
         if not self.memory.adopt(node, self.pool):
             self._fall_back_to_owned_outputs(node)
         return node
@@ -524,12 +518,14 @@ class GraphTree:
 class HandedOut:
     """What one generation handed to the caller: the nodes that ran, in order and each once
     (their output objects are their recordings'), and the outputs of its un-graphed runs, as
-    (callable, weak references to its outputs) pairs."""
+    (callable identity, weak references to its outputs) pairs."""
 
     __slots__ = ("nodes", "eager_outputs")
 
     def __init__(
-        self, nodes: list[GraphNode], eager_outputs: list[tuple[Any, list[weakref.ref]]]
+        self,
+        nodes: list[GraphNode],
+        eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]],
     ) -> None:
         self.nodes = nodes
         self.eager_outputs = eager_outputs

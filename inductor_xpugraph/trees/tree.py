@@ -216,7 +216,9 @@ class GraphTree:
         self.start_generation(args, passed_back)
         return True
 
-    def start_generation(self, args: list[Any] = (), passed_back: Sequence[int] = ()) -> None:
+    def start_generation(
+        self, args: list[Any] | None = None, passed_back: Sequence[int] = ()
+    ) -> None:
         """The path restarts at the root, and what the generation that ended handed out is
         retired: at once when retiring may copy memory out of the pool (the copy must be
         queued before any replay overwrites that memory) or nodes are about to be dropped;
@@ -230,7 +232,7 @@ class GraphTree:
         if self.captures_unlogged:
             self._log_captures()
         self.unretired = self._take_handed_out()
-        if passed_back:
+        if args is not None and passed_back:
             self.unretired.copy_passed_back(args, passed_back)
         if self.next_memory is not None or self.unretired.may_copy():
             self.retire_ended_generation()

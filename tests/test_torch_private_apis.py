@@ -5,9 +5,14 @@ compile or a replay.
 """
 
 import importlib
+import os
+import threading
+import time
 
 import pytest
 import torch
+
+from inductor_xpugraph.trees import invalidation
 
 PRIVATE_APIS = [
     # codegen/registration.py
@@ -42,6 +47,7 @@ PRIVATE_APIS = [
     "torch._C._construct_storage_from_data_pointer",
     "torch._C._storage_Use_Count",
     "torch.UntypedStorage._new_with_weak_ptr",
+    "torch.utils.cpp_extension._get_build_directory",
 ]
 
 # trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.
@@ -127,3 +133,21 @@ def test_the_extensions_storage_swap_moves_data_as_torchs_does():
     assert held.tolist() == [float(i) for i in range(8)]
     assert held.data_ptr() != memory.data_ptr() and unowned.resizable()
     assert fresh.data_ptr() == memory.data_ptr() and not fresh.resizable()
+
+
+def test_a_build_lock_left_by_a_dead_build_is_removed_not_waited_on(tmp_path):
+    lock = tmp_path / "lock"
+    lock.touch()
+    an_hour_ago = time.time() - 3600
+    os.utime(lock, (an_hour_ago, an_hour_ago))
+    invalidation.wait_for_build_lock(str(tmp_path))  # torch's own wait would never return
+    assert not lock.exists()
+
+
+def test_a_live_build_lock_is_waited_on_until_released(tmp_path):
+    lock = tmp_path / "lock"
+    lock.touch()
+    threading.Timer(1.0, lock.unlink).start()  # the other process's build finishes
+    started = time.monotonic()
+    invalidation.wait_for_build_lock(str(tmp_path))
+    assert time.monotonic() - started >= 0.9

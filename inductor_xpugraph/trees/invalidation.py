@@ -16,8 +16,12 @@ CUDA builds of torch expose the two invalidations as ``torch._C._set_storage_acc
 and ``torch._C._set_storage_data_ptr_access_error_msg``. Elsewhere (XPU and CPU builds) a
 small C++ extension calls the same core methods. It is built with
 ``torch.utils.cpp_extension.load_inline`` the first time it is needed (about 30 s) and cached
-by torch in ``TORCH_EXTENSIONS_DIR``. If it cannot be built, a warning says so once and the
-runtime copies held memory out of the pool instead (correct, but a copy per held output).
+by torch in ``TORCH_EXTENSIONS_DIR``, under a name of its own per torch release (several
+virtual environments share that directory: a build for one release never replaces, or waits
+on, another's). torch waits forever on the lock file of a build whose process died (killed,
+interrupted); a lock older than any build takes is removed, with a warning. If it cannot be
+built, a warning says so once and the runtime copies held memory out of the pool instead
+(correct, but a copy per held output).
 ``copy_out_of_pool`` swaps two storages' data with ``UntypedStorage._swap_data_ptr_`` where
 torch has it (2.13 on), else with the same extension (torch 2.11, CUDA builds included: the
 first handover then builds it). With neither, ``can_copy_out_of_pool()`` is False and held
@@ -26,8 +30,12 @@ gradients are made stale instead (loud, as upstream's trees are).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
+import re
+import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -73,13 +81,42 @@ void swap_storage_data(int64_t first_impl, int64_t second_impl) {
 """
 
 
+_EXTENSION_NAME = "inductor_xpugraph_stale_outputs_" + re.sub(r"\W", "_", torch.__version__)
+# A build takes well under a minute (about 30 s on two cores): a lock file older than this is
+# one that a build which did not finish left behind.
+STALE_LOCK_SECONDS = 300.0
+
+
+def wait_for_build_lock(build_directory: str, stale_after: float = STALE_LOCK_SECONDS) -> None:
+    """Wait while another process builds the extension in ``build_directory``; remove its
+    lock file once it is older than ``stale_after`` seconds (its build died)."""
+    lock = os.path.join(build_directory, "lock")
+    while os.path.exists(lock):
+        try:
+            age = time.time() - os.path.getmtime(lock)
+        except FileNotFoundError:  # released just now
+            return
+        if age > stale_after:
+            log.warning(
+                "inductor_xpugraph: removing %s, left %.0f s ago by a build of the "
+                "stale-output extension that did not finish",
+                lock,
+                age,
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(lock)
+            return
+        time.sleep(0.5)
+
+
 @functools.cache
 def _extension() -> ModuleType | None:
     try:
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import _get_build_directory, load_inline
 
+        wait_for_build_lock(_get_build_directory(_EXTENSION_NAME, False))
         return load_inline(
-            name="inductor_xpugraph_stale_outputs",
+            name=_EXTENSION_NAME,
             cpp_sources=_EXTENSION_SOURCE,
             functions=["invalidate_tensor", "invalidate_storage", "swap_storage_data"],
             verbose=False,

@@ -34,6 +34,7 @@ PRIVATE_APIS = [
     "torch._inductor.utils.get_first_incompatible_cudagraph_node",
     "torch._inductor.custom_graph_pass.CustomGraphModulePass",
     "torch._guards.TracingContext.try_get",
+    "torch._library.fake_class_registry.FakeScriptObject",
     # trees/
     "torch._dynamo.mutation_guard.GenerationTracker",
     "torch._inductor.cudagraph_trees.MarkStepBox",

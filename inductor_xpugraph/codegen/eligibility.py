@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.virtualized import V
+from torch._library.fake_class_registry import FakeScriptObject
 
 from ..trees.node import Phase
 from ..trees.source_lines import format_source
@@ -33,6 +34,8 @@ except ImportError:  # torch 2.11: none reach a graph
 def _accepted_input(value: object) -> bool:
     """Tensors and sizes, and objects a replay passes on unchanged (the runtime checks that
     each replay gets the objects the capture got)."""
+    if isinstance(value, FakeScriptObject):  # torch 2.12 hands codegen the fake of the object
+        value = value.real_obj
     return isinstance(value, _ACCEPTED_INPUT_TYPES) or is_opaque_value(value)
 
 

@@ -60,7 +60,6 @@ class GraphNode:
     where a generation that left the tree is."""
 
     __slots__ = (
-        "identity",
         "callable_id",
         "name",
         "phase",
@@ -83,8 +82,7 @@ class GraphNode:
         recording: Recording | None,
         seq: int,
     ) -> None:
-        self.identity = identity
-        # Read often (retiring, reports): plain attributes, None on a marker.
+        # The identity's fields, read often (retiring, reports); None on a marker.
         self.callable_id = identity.id if identity else None
         self.name = identity.name if identity else ""
         self.phase = identity.phase if identity else None

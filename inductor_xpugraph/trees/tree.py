@@ -543,9 +543,10 @@ class HandedOut:
             if not self._goes_stale(arg):
                 continue
             storage = arg.untyped_storage()
-            copy = copies.get(storage.data_ptr())
+            address = storage.data_ptr()
+            copy = copies.get(address)
             if copy is None:
-                copy = copies[storage.data_ptr()] = storage.clone()
+                copy = copies[address] = storage.clone()
             args[i] = tensor_over(copy, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
 
     def _goes_stale(self, tensor: torch.Tensor) -> bool:

@@ -17,8 +17,11 @@ from inside the graph: NCCL's kernel runs, the host-side op does not.
 from __future__ import annotations
 
 import copy
+import datetime
+import faulthandler
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -27,6 +30,9 @@ import torch.multiprocessing as mp
 
 WORLD = 2
 STEPS = 5
+# A rank still running after this long is stuck (a collective whose partner never came):
+# it prints every thread's stack and exits, so the test fails instead of hanging.
+RANK_DEADLINE_S = int(os.environ.get("XPUGRAPH_TEST_RANK_DEADLINE_S", "240"))
 
 _TWO_GPUS = [
     pytest.mark.multigpu,
@@ -58,17 +64,22 @@ def _spawn(worker, device_type: str, checkpointing: bool) -> None:
 def _rank_main(rank, worker, device_type, checkpointing, port):
     import inductor_xpugraph
 
+    faulthandler.dump_traceback_later(RANK_DEADLINE_S, exit=True, file=sys.stderr)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     if device_type == "cuda":
         torch.cuda.set_device(rank)
     backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=WORLD)
+    collective_timeout = datetime.timedelta(seconds=RANK_DEADLINE_S // 2)
+    dist.init_process_group(backend, rank=rank, world_size=WORLD, timeout=collective_timeout)
     device = f"cuda:{rank}" if device_type == "cuda" else "cpu"
     try:
         inductor_xpugraph.enable(device_type)
         with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
             worker(rank, device)
     finally:
+        # NCCL's destroy waits for the graphs that captured its collectives to be freed:
+        # free ours first, as users must (README, Limits).
+        inductor_xpugraph.reset()
         dist.destroy_process_group()
 
 

@@ -117,6 +117,31 @@ def test_replaced_parameter_triggers_rerecord(device):
     assert stats["replays"] >= 2
 
 
+class _Head(torch.nn.Module):
+    def __init__(self, device):
+        super().__init__()
+        self.body = torch.nn.Linear(16, 16, device=device)
+        self.head = torch.nn.Linear(16, 4, device=device)
+
+    def forward(self, x):
+        return self.head(self.body(x).relu())
+
+
+def test_a_rerecord_names_the_input_that_moved_by_module_and_source_line(device):
+    model = _Head(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    # A cached graph would carry the names of the compile that filled the cache.
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+        for _ in range(3):
+            compiled(x)
+        model.head.weight = torch.nn.Parameter(torch.randn_like(model.head.weight))
+        compiled(x)
+    (event,) = [e for e in inductor_xpugraph.report().events if e.kind.name == "RERECORD"]
+    assert "read by L['self'].head (Linear) at " in event.reason
+    assert "test_end_to_end.py:" in event.reason and "moved (new addresses)" in event.reason
+
+
 def test_falls_back_after_rerecord_limit(device):
     model = small_mlp(device)
     compiled = torch.compile(model, mode="reduce-overhead")

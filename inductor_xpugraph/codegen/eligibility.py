@@ -45,6 +45,9 @@ class GraphTarget:
     static_inputs: tuple[int, ...]  # positions not copied on replay
     copied_inputs: tuple[int, ...]  # tensor positions copied into static buffers
     mutated_inputs: tuple[int, ...]  # positions the graph writes to
+    # What the static and mutated inputs are, by position, for messages about an input that
+    # moved or is written: "primals_3, first used at model.py:20 in forward".
+    input_names: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +82,10 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
         return GraphPlan(device, phase, (), reason, source)
 
     is_tensor = [isinstance(x, torch.Tensor) for x in graph.example_inputs]
+    sizes = {i for i, x in enumerate(graph.example_inputs) if isinstance(x, (int, torch.SymInt))}
+    names = [None if i in sizes else name for i, name in enumerate(graph_input_names())]
     if not partitioned:
-        target = _target("call", is_tensor, graph.mutated_input_idxs, static)
+        target = _target("call", is_tensor, graph.mutated_input_idxs, static, names)
         return GraphPlan(device, phase, (target,), None, source)
 
     targets = []
@@ -93,7 +98,10 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
         partition_mutated = [
             i for i, g in enumerate(mapping) if g is not None and g in graph.mutated_input_idxs
         ]
-        targets.append(_target(name, partition_is_tensor, partition_mutated, partition_static))
+        names_here = [names[g] if g is not None else None for g in mapping]
+        targets.append(
+            _target(name, partition_is_tensor, partition_mutated, partition_static, names_here)
+        )
     return GraphPlan(device, phase, tuple(targets), None, source)
 
 
@@ -172,15 +180,47 @@ def graph_source() -> str | None:
     return None
 
 
+def graph_input_names() -> list[str]:
+    """Each input of the graph being generated, as its placeholder's name and where the user's
+    code first reads it: ``arg3_1, read by L['self'].b (Linear) at model.py:20 in forward``.
+    Inductor keeps no source for an input itself, only for the ops that use it."""
+    names = []
+    for node in V.graph.module.graph.find_nodes(op="placeholder"):
+        name = node.name
+        for user in node.users:
+            source = user_source(user.meta.get("stack_trace"))
+            if source is None:
+                continue
+            modules = list((user.meta.get("nn_module_stack") or {}).values())
+            if modules:
+                path, module_type = modules[-1]
+                kind = getattr(module_type, "__name__", str(module_type))
+                name += f", read by {path} ({kind}) at {source}"
+            else:
+                name += f", read at {source}"
+            break
+        names.append(name)
+    return names
+
+
 def _target(
-    name: str, is_tensor: Sequence[bool], mutated: Sequence[int], static: Sequence[int]
+    name: str,
+    is_tensor: Sequence[bool],
+    mutated: Sequence[int],
+    static: Sequence[int],
+    input_names: Sequence[str | None],
 ) -> GraphTarget:
     static_set = set(static)
     tensors = [i for i, tensor in enumerate(is_tensor) if tensor]
     static_inputs = tuple(i for i in tensors if i in static_set)
     copied_inputs = tuple(i for i in tensors if i not in static_set)
     mutated_inputs = tuple(sorted(mutated))
+    # Named: the inputs a message may be about (moved, written, or another object than at
+    # capture); sizes come without a name.
+    objects = [i for i, tensor in enumerate(is_tensor) if not tensor]
+    named = sorted(set(static_inputs) | set(mutated_inputs) | set(objects))
+    names = {i: input_names[i] for i in named if i < len(input_names) and input_names[i]}
     # A mutated input that is not static is only safe to capture when, at run time, it is an
     # output of an earlier graph (the graph then writes into that memory, not into a copy):
     # the runtime decides that per call.
-    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs)
+    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs, names)

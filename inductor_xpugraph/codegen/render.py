@@ -24,6 +24,7 @@ def _environment() -> jinja2.Environment:
     env.filters["pyrepr"] = repr
     env.filters["pytuple"] = _python_tuple
     env.filters["input_list"] = _input_list
+    env.filters["pydict_lines"] = _python_dict_lines
     env.filters["comment"] = lambda text: str(text).replace("\n", "\n# ")
     return env
 
@@ -50,6 +51,13 @@ def _python_tuple(indices: Any) -> str:
     if len(parts) == 1:
         return f"({parts[0]},)"
     return "(" + ", ".join(parts) + ")"
+
+
+def _python_dict_lines(mapping: dict[Any, Any]) -> str:
+    """A dict literal with one entry per line (``{}`` when empty)."""
+    if not mapping:
+        return "{}"
+    return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in mapping.items()) + "}"
 
 
 def _input_list(indices: Any) -> str:

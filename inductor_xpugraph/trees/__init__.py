@@ -14,7 +14,7 @@ Nothing here names a device: device specifics are in ``trees.backends``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import stats
@@ -33,6 +33,7 @@ def graphify(
     phase: str = Phase.INFERENCE,
     name: str | None = None,
     source: str | None = None,
+    input_names: Mapping[int, str] | None = None,
 ) -> GraphedCallable:
     try:
         phase = Phase(phase)
@@ -47,6 +48,7 @@ def graphify(
         phase=phase,
         name=name or getattr(fn, "__qualname__", repr(fn)),
         source=source_at_load(source),
+        input_names=input_names,
     )
 
 

@@ -53,7 +53,7 @@ import itertools
 import json
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -90,6 +90,7 @@ class GraphedCallable:
         phase: Phase,
         name: str,
         source: str | None = None,
+        input_names: Mapping[int, str] | None = None,
     ) -> None:
         self.fn = fn
         self.device = device
@@ -97,6 +98,9 @@ class GraphedCallable:
         self.id, self.name, self.phase, self.source = self.identity
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
+        # What the static, mutated and object inputs are (placeholder and first use), by
+        # position, for the messages about them; codegen provides them.
+        self.input_names = dict(input_names or {})
         # The compile that loaded this callable (None outside one), for the structured trace.
         self.compile_id = torch._guards.CompileContext.current_compile_id()
         self._after_run = {
@@ -288,13 +292,27 @@ class GraphedCallable:
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
-            f"{_what_changed(moved, replaced)}; recording a variant",
+            f"{self._what_changed(moved, replaced)}; recording a variant",
             self.name,
             self.source,
         )
         if len(variants) >= config.static_input_variants:
             tree.drop_node(variants[-1])  # the least recently used
         return self._record(tree, key, args)
+
+    def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
+        """``input 3 (primals_4, first used at model.py:20 in forward)``, for messages."""
+        parts = [
+            f"{i} ({self.input_names[i]})" if i in self.input_names else f"{i}" for i in positions
+        ]
+        more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
+        return ("input " if len(parts) == 1 else "inputs ") + ", ".join(parts[:shown]) + more
+
+    def _what_changed(self, moved: list[int], replaced: list[int]) -> str:
+        parts = [f"{self.describe_inputs(moved)} moved (new addresses)"] if moved else []
+        if replaced:
+            parts.append(f"{self.describe_inputs(replaced)} are other objects than at capture")
+        return "; ".join(parts)
 
     def _fall_back_for_moving_inputs(self, moved: list[int], generations: int, args: list[Any]):
         self.fallen_back = True
@@ -304,7 +322,7 @@ class GraphedCallable:
             stats.EventKind.FALLBACK,
             f"met {config.rerecord_limit + 1} new sets of addresses of its static inputs "
             f"(parameters, buffers, graph-produced or static-address inputs) within "
-            f"{generations} generations (now argument(s) {moved} moved); running it "
+            f"{generations} generations (now {self.describe_inputs(moved)} moved); running it "
             f"un-graphed from now on (limits: inductor_xpugraph.config.rerecord_limit="
             f"{config.rerecord_limit} new sets within rerecord_window="
             f"{config.rerecord_window} generations)",
@@ -326,7 +344,8 @@ class GraphedCallable:
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
             stats.record_skip(
-                f"mutates input(s) {unsafe}, which are neither static (parameters, buffers) "
+                f"mutates {self.describe_inputs(unsafe)}, which are neither static "
+                f"(parameters, buffers) "
                 f"nor outputs of an earlier graph: this call runs un-graphed",
                 self.name,
                 self.source,
@@ -397,12 +416,6 @@ class PartitionlessRunner:
 
     def __init__(self, *partitions: Any) -> None:
         self.partitions = list(partitions)
-
-
-def _what_changed(moved: list[int], replaced: list[int]) -> str:
-    parts = [f"argument(s) {moved} have new addresses"] if moved else []
-    parts += [f"argument(s) {replaced} are other objects than at capture"] if replaced else []
-    return "; ".join(parts)
 
 
 def _trace_recording(graphed: GraphedCallable, tree: GraphTree, node: GraphNode) -> None:

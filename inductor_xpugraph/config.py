@@ -55,5 +55,10 @@ allocator_checkpointing: bool = _from_environment(
     "allocator_checkpointing", "INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING", True
 )
 
+# Check, around every call of a graph loaded while this is on, that no output the caller
+# still holds from earlier in the step changed (trees.debug_checks): costs a copy and a
+# comparison per live output per call. For debugging suspected corruption, off by default.
+debug_checks: bool = _from_environment("debug_checks", "INDUCTOR_XPUGRAPH_DEBUG_CHECKS", False)
+
 install_config_module(sys.modules[__name__])
 _checked_config_class(sys.modules[__name__])

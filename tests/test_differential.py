@@ -40,7 +40,7 @@ def test_random_call_sequences_match_eager(device, seed):
         run_random_steps(device, seed)
 
 
-def run_random_steps(device, seed):
+def run_random_steps(device, seed, steps=STEPS):
     rng = random.Random(seed)
     torch.manual_seed(seed)
     model = BrokenMLP().to(device)
@@ -70,7 +70,7 @@ def run_random_steps(device, seed):
         with torch.no_grad():
             return compiled(x), reference(x)
 
-    for _ in range(STEPS):
+    for _ in range(steps):
         action = rng.choices(
             ["infer", "train", "hold", "read", "drop", "mark_step", "swap", "sgd"],
             weights=[30, 12, 10, 15, 5, 8, 2, 3],
@@ -111,8 +111,8 @@ def run_random_steps(device, seed):
 
     stats = inductor_xpugraph.stats()
     print(f"stale reads {stale_reads}, fresh reads {fresh_reads}, stats {stats}")
-    assert stale_reads > 50 and fresh_reads > 20
-    assert stats["replays"] > STEPS // 2
+    assert stale_reads > steps // 40 and fresh_reads > steps // 100
+    assert stats["replays"] > steps // 2
     assert stats["rerecords"] > 0
 
 
@@ -129,7 +129,7 @@ def test_random_training_with_accumulation_held_views_and_grads_matches_eager(de
     assert stats["replays"] > STEPS // 2 and stats["handovers"] > 0 and stats["rerecords"] > 0
 
 
-def run_random_training(device, seed):
+def run_random_training(device, seed, steps=STEPS):
     rng = random.Random(seed)
     torch.manual_seed(seed)
     model = BrokenMLP().to(device)
@@ -152,7 +152,7 @@ def run_random_training(device, seed):
             if p.grad is not None:
                 torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
-    for _ in range(STEPS):
+    for _ in range(steps):
         action = rng.choices(
             ["accumulate", "sgd_step", "hold_view", "read", "read_grads", "mark_step", "swap"],
             weights=[30, 10, 15, 20, 10, 8, 2],
@@ -221,3 +221,12 @@ def run_random_training(device, seed):
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
     return stale_reads, grad_reads
+
+
+@pytest.mark.parametrize("run", [run_random_steps, run_random_training], ids=["calls", "training"])
+def test_random_steps_trip_no_debug_check(device, run):
+    """``config.debug_checks`` (no held output changes during a call) raises nothing on the
+    random sequences, and their results still equal eager's."""
+    with inductor_xpugraph.config.patch(rerecord_limit=STEPS, debug_checks=True):
+        run(device, seed=2, steps=300)
+    assert inductor_xpugraph.stats()["outputs_checked"] > 100

@@ -3,7 +3,8 @@
 Generated code uses these names from here, at module load:
 
 - ``graphify(fn, device=..., static_inputs=..., mutated_inputs=..., phase=...)`` returns the
-  callable that replaces ``call`` or ``partition_N`` (see ``graphed_callable``, ``tree``);
+  callable that replaces ``call`` or ``partition_N`` (see ``graphed_callable``, ``tree``;
+  with ``config.debug_checks``, ``debug_checks``);
 - ``record_skip(reason)`` counts a graph that stays un-graphed and logs why, once;
 - ``PartitionlessRunner()``, where Inductor generated no ``runner`` (``graph_partition``
   off): the object whose ``partitions`` Inductor frees with the compiled graph (Note [What
@@ -17,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import config
 from . import stats
+from .debug_checks import CheckedGraphedCallable
 from .graphed_callable import GraphedCallable, PartitionlessRunner, reset_all_callables
 from .node import Phase
 from .source_lines import source_at_load
@@ -40,7 +43,8 @@ def graphify(
     except ValueError:
         names = [p.value for p in Phase]
         raise ValueError(f"phase must be one of {names}, got {phase!r}") from None
-    return GraphedCallable(
+    graphed_type = CheckedGraphedCallable if config.debug_checks else GraphedCallable
+    return graphed_type(
         fn,
         device,
         static_inputs=static_inputs,

@@ -27,6 +27,8 @@ COUNTER_NAMES = (
     # Blocks of graph memory still referenced when their generation ended, copied out of
     # the pool for the caller (gradients: ``GraphTree.retire_handed_out``).
     "handovers",
+    # Held outputs compared before and after a call, with ``config.debug_checks`` on.
+    "outputs_checked",
 )
 
 

@@ -1,0 +1,111 @@
+"""Opt-in check that no graphed call changes an output the caller still holds.
+
+The tree's memory design promises that a replay, a capture or a warmup never writes into
+the memory of an output handed out earlier in the same generation while the caller holds
+it (tree.py, "Memory"; Note [Retiring held outputs] covers the generation boundary). A bug
+there is silent corruption, so this is the invariant worth checking directly, by value:
+with ``config.debug_checks`` on when a graph is loaded, its callable is a
+``CheckedGraphedCallable``. Before each call it copies every output of the tree's current
+generation that is still alive (handed out by any checked callable on that tree), and after
+the call it compares them bit for bit, and raises ``GraphMemoryOverwritten`` naming the
+output, its producer and the callable that changed it.
+
+Not compared: outputs of an earlier generation (a call that starts a generation retires
+them: they raise or were copied out of the pool), outputs over the memory of an input that
+this call mutates (a legal write), and what changes between calls (the user's own in-place
+ops, ``AccumulateGrad``). Outputs the caller dropped are not seen, nor views of them.
+
+The cost is a device copy and a comparison (a synchronization) per live output per call:
+a debugging tool, off by default; the replay fast path of an unchecked callable is untouched.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, NamedTuple
+
+import torch
+
+from . import stats
+from .graphed_callable import GraphedCallable
+from .tree import GraphTree, thread_trees, tree_for
+
+
+class GraphMemoryOverwritten(RuntimeError):
+    """A graphed call changed an output that the caller held (a bug of ours: please report it
+    with the model)."""
+
+
+class _HandedOut(NamedTuple):
+    producer: str
+    position: int
+    tensor: weakref.ref
+
+
+# Per tree: (generation count when its list was started, what checked calls handed out).
+_handed_out: weakref.WeakKeyDictionary[GraphTree, tuple[int, list[_HandedOut]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class CheckedGraphedCallable(GraphedCallable):
+    def __call__(self, args: list[Any]) -> Any:
+        tree = thread_trees().get(self.device) or tree_for(self.device)
+        generation, before = self._snapshot(tree, args)
+        outputs = super().__call__(args)
+        if tree.generations_started == generation:
+            stats.counters["outputs_checked"] += len(before)
+            for entry, copy in before:
+                if not _same_bits(entry.tensor(), copy):
+                    raise GraphMemoryOverwritten(
+                        f"inductor_xpugraph debug check: output {entry.position} of "
+                        f"`{entry.producer}`, handed out earlier in this step and still held, "
+                        f"changed while `{self.name}` ran: graph memory was reused under a "
+                        f"live tensor. Please report this with the model."
+                    )
+        self._note(tree, outputs)
+        return outputs
+
+    def _snapshot(
+        self, tree: GraphTree, args: list[Any]
+    ) -> tuple[int, list[tuple[_HandedOut, torch.Tensor]]]:
+        generation, entries = _handed_out.get(tree, (-1, []))
+        if generation != tree.generations_started:
+            return tree.generations_started, []
+        written = {
+            args[i].untyped_storage().data_ptr()
+            for i in self.mutated_inputs
+            if isinstance(args[i], torch.Tensor)
+        }
+        copies = []
+        for entry in entries:
+            tensor = entry.tensor()
+            try:
+                if tensor is None or tensor.untyped_storage().data_ptr() in written:
+                    continue
+                copies.append((entry, tensor.detach().clone()))
+            except RuntimeError:  # made stale (a dropped recording's output): it raises
+                continue
+        return generation, copies
+
+    def _note(self, tree: GraphTree, outputs: Any) -> None:
+        generation, entries = _handed_out.get(tree, (-1, []))
+        if generation != tree.generations_started:
+            entries = []
+            _handed_out[tree] = (tree.generations_started, entries)
+        items = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        for position, out in enumerate(items):
+            if isinstance(out, torch.Tensor) and out.layout is torch.strided:
+                entries.append(_HandedOut(self.name, position, weakref.ref(out)))
+
+
+def _same_bits(tensor: torch.Tensor | None, copy: torch.Tensor) -> bool:
+    """Equal bit for bit (NaNs included); a tensor freed or made stale meanwhile counts as
+    unchanged (it can no longer be read silently)."""
+    if tensor is None:
+        return True
+    try:
+        as_bytes = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in (tensor, copy)]
+    except RuntimeError:
+        return True
+    return tensor.shape == copy.shape and torch.equal(*as_bytes)

@@ -54,6 +54,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "dynamic_shape_warn_limit": _integer(1),
     "skip_dynamic_graphs": _boolean,
     "allocator_checkpointing": _boolean,
+    "debug_checks": _boolean,
 }
 
 

@@ -71,6 +71,7 @@ def test_a_bad_device_list_enables_nothing():
         ("warmup_runs", True),
         ("allocator_checkpointing", "false"),
         ("skip_dynamic_graphs", 1),
+        ("debug_checks", "yes"),
     ],
 )
 def test_a_bad_value_set_in_code_raises_and_keeps_the_old_one(name, value):
@@ -86,6 +87,12 @@ def test_a_patch_with_one_bad_value_applies_none_of_them():
         with config.patch(rerecord_limit=3, warmup_runs=0):
             pass
     assert (config.rerecord_limit, config.warmup_runs) == before
+
+
+def test_every_setting_is_checked_and_read_from_the_environment():
+    from inductor_xpugraph._settings import CHECKS
+
+    assert set(CHECKS) == set(config._config), "a setting without a check"
 
 
 def test_good_values_are_accepted():

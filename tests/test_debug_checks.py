@@ -38,7 +38,8 @@ def test_a_call_that_overwrites_a_held_output_of_its_step_raises(device):
 
 
 def test_without_debug_checks_the_same_overwrite_goes_unnoticed(device):
-    produce, clobber = _producer_and_clobberer(device)
+    with inductor_xpugraph.config.patch(debug_checks=False):
+        produce, clobber = _producer_and_clobberer(device)
     x = torch.ones(4, device=device)
     (held,) = produce([x])
     clobber([x])
@@ -57,3 +58,16 @@ def test_a_graph_that_mutates_an_earlier_output_passed_to_it_raises_nothing(devi
             out = compiled(torch.ones(4, device=device))
             assert torch.equal(out, torch.full((4,), 3.0, device=device))
     assert inductor_xpugraph.stats()["replays"] >= 2
+
+
+def test_an_output_whose_storage_was_freed_in_place_is_not_read(device):
+    """FSDP frees a gathered parameter, which a forward graph returns for its backward, by
+    resizing its storage to nothing: copying it would read freed memory."""
+    with inductor_xpugraph.config.patch(debug_checks=True):
+        produce = graphify(lambda args: [args[0] * 2], device=f"{device}:0", name="produce")
+        other = graphify(lambda args: [args[0] + 1], device=f"{device}:0", name="other")
+    x = torch.ones(4, device=device)
+    (out,) = produce([x])
+    out.untyped_storage().resize_(0)
+    other([x])
+    assert inductor_xpugraph.stats()["outputs_checked"] == 0

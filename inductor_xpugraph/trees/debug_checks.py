@@ -12,8 +12,10 @@ output, its producer and the callable that changed it.
 
 Not compared: outputs of an earlier generation (a call that starts a generation retires
 them: they raise or were copied out of the pool), outputs over the memory of an input that
-this call mutates (a legal write), and what changes between calls (the user's own in-place
-ops, ``AccumulateGrad``). Outputs the caller dropped are not seen, nor views of them.
+this call mutates (a legal write), output objects that after the call only their recording
+holds (nobody can read them: a backward reuses the memory of saved activations it consumed),
+and what changes between calls (the user's own in-place ops, ``AccumulateGrad``). Outputs the
+caller dropped are not seen, nor views of them.
 
 The cost is a device copy and a comparison (a synchronization) per live output per call:
 a debugging tool, off by default; the replay fast path of an unchecked callable is untouched.
@@ -54,9 +56,17 @@ class CheckedGraphedCallable(GraphedCallable):
         generation, before = self._snapshot(tree, args)
         outputs = super().__call__(args)
         if tree.generations_started == generation:
+            # Objects only a recording still holds are unreadable: their memory is free for
+            # the step's later graphs (a backward reuses the saved activations it consumed).
+            unreadable = {
+                id(kept)
+                for node in tree.replayed_nodes
+                for kept in node.recording.objects_only_kept_here()
+            }
             stats.counters["outputs_checked"] += len(before)
             for entry, copy in before:
-                if not _same_bits(entry.tensor(), copy):
+                tensor = entry.tensor()
+                if id(tensor) not in unreadable and not _same_bits(tensor, copy):
                     raise GraphMemoryOverwritten(
                         f"inductor_xpugraph debug check: output {entry.position} of "
                         f"`{entry.producer}`, handed out earlier in this step and still held, "
@@ -81,7 +91,7 @@ class CheckedGraphedCallable(GraphedCallable):
         for entry in entries:
             tensor = entry.tensor()
             try:
-                if tensor is None or tensor.untyped_storage().data_ptr() in written:
+                if not _readable(tensor) or tensor.untyped_storage().data_ptr() in written:
                     continue
                 copies.append((entry, tensor.detach().clone()))
             except RuntimeError:  # made stale (a dropped recording's output): it raises
@@ -102,10 +112,20 @@ class CheckedGraphedCallable(GraphedCallable):
 def _same_bits(tensor: torch.Tensor | None, copy: torch.Tensor) -> bool:
     """Equal bit for bit (NaNs included); a tensor freed or made stale meanwhile counts as
     unchanged (it can no longer be read silently)."""
-    if tensor is None:
+    if not _readable(tensor):
         return True
     try:
         as_bytes = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in (tensor, copy)]
     except RuntimeError:
         return True
     return tensor.shape == copy.shape and torch.equal(*as_bytes)
+
+
+def _readable(tensor: torch.Tensor | None) -> bool:
+    """Alive, and its storage still spans its elements: FSDP frees a gathered parameter (which
+    a forward graph returns for its backward) by resizing its storage to nothing."""
+    if tensor is None or tensor.numel() == 0:
+        return tensor is not None
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    needed = (tensor.storage_offset() + extent) * tensor.element_size()
+    return tensor.untyped_storage().nbytes() >= needed

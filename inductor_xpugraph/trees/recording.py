@@ -237,6 +237,12 @@ class Recording:
                 held.append(i)
         return held
 
+    def objects_only_kept_here(self) -> list[torch.Tensor]:
+        """The output objects kept to be handed out again that nobody else holds now: no one
+        can read them, so later graphs of the step may reuse their memory."""
+        held = set(_held_positions(self._output_objects, self._reused_positions))
+        return [self._output_objects[i] for i in self._reused_positions if i not in held]
+
     def holds_output_in(self, block: OutputBlock) -> bool:
         """Whether someone holds a reused output object this recording built over ``block``."""
         return self._reuses_outputs and bool(

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import stats
+from . import messages, stats
 from .graphed_callable import GraphedCallable
 from .tree import GraphTree, thread_trees, tree_for
 
@@ -68,10 +68,7 @@ class CheckedGraphedCallable(GraphedCallable):
                 tensor = entry.tensor()
                 if id(tensor) not in unreadable and not _same_bits(tensor, copy):
                     raise GraphMemoryOverwritten(
-                        f"inductor_xpugraph debug check: output {entry.position} of "
-                        f"`{entry.producer}`, handed out earlier in this step and still held, "
-                        f"changed while `{self.name}` ran: graph memory was reused under a "
-                        f"live tensor. Please report this with the model."
+                        messages.overwritten_output(entry.position, entry.producer, self.name)
                     )
         self._note(tree, outputs)
         return outputs

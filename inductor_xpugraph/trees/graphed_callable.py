@@ -61,7 +61,7 @@ from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
 
 from .. import config
-from . import stats
+from . import messages, stats
 from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, Recording, StaticInput, input_identity
 from .tree import GraphTree, all_trees, thread_trees, tree_for
@@ -241,22 +241,10 @@ class GraphedCallable:
         if sizes_seen < config.dynamic_shape_warn_limit:
             return True
         if config.skip_dynamic_graphs:
-            stats.record_skip(
-                f"more than {config.dynamic_shape_warn_limit} distinct sizes and "
-                f"config.skip_dynamic_graphs=True; new sizes run un-graphed",
-                self.name,
-                self.source,
-            )
+            stats.record_skip(messages.too_many_sizes_skipped(), self.name, self.source)
             return False
         if sizes_seen == config.dynamic_shape_warn_limit:
-            log.warning(
-                "inductor_xpugraph: %s has been called with %d distinct sizes; each is "
-                "warmed up and recorded on its own and keeps its own graph and memory. Mark "
-                "the sizes static, pad inputs, or set "
-                "inductor_xpugraph.config.skip_dynamic_graphs=True.",
-                self.name,
-                sizes_seen,
-            )
+            log.warning(messages.MANY_SIZES, self.name, sizes_seen)
         return True
 
     def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
@@ -292,7 +280,7 @@ class GraphedCallable:
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
-            f"{self._what_changed(moved, replaced)}; recording a variant",
+            messages.rerecord(self._what_changed(moved, replaced)),
             self.name,
             self.source,
         )
@@ -309,26 +297,17 @@ class GraphedCallable:
         return ("input " if len(parts) == 1 else "inputs ") + ", ".join(parts[:shown]) + more
 
     def _what_changed(self, moved: list[int], replaced: list[int]) -> str:
-        parts = [f"{self.describe_inputs(moved)} moved (new addresses)"] if moved else []
-        if replaced:
-            parts.append(f"{self.describe_inputs(replaced)} are other objects than at capture")
-        return "; ".join(parts)
+        return messages.moved_and_replaced(
+            self.describe_inputs(moved) if moved else None,
+            self.describe_inputs(replaced) if replaced else None,
+        )
 
     def _fall_back_for_moving_inputs(self, moved: list[int], generations: int, args: list[Any]):
         self.fallen_back = True
         _forget_callable(self.id)
         stats.counters["fallbacks"] += 1
-        stats.record_event(
-            stats.EventKind.FALLBACK,
-            f"met {config.rerecord_limit + 1} new sets of addresses of its static inputs "
-            f"(parameters, buffers, graph-produced or static-address inputs) within "
-            f"{generations} generations (now {self.describe_inputs(moved)} moved); running it "
-            f"un-graphed from now on (limits: inductor_xpugraph.config.rerecord_limit="
-            f"{config.rerecord_limit} new sets within rerecord_window="
-            f"{config.rerecord_window} generations)",
-            self.name,
-            self.source,
-        )
+        reason = messages.fallback_for_moving_inputs(self.describe_inputs(moved), generations)
+        stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         return self.fn(args)
 
     def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
@@ -343,13 +322,8 @@ class GraphedCallable:
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
-            stats.record_skip(
-                f"mutates {self.describe_inputs(unsafe)}, which are neither static "
-                f"(parameters, buffers) "
-                f"nor outputs of an earlier graph: this call runs un-graphed",
-                self.name,
-                self.source,
-            )
+            reason = messages.unsafe_mutation(self.describe_inputs(unsafe))
+            stats.record_skip(reason, self.name, self.source)
             return self.fn(args)
         if not tree.can_capture_here():
             return self._run_eagerly(tree, args)
@@ -369,13 +343,7 @@ class GraphedCallable:
         except Exception as error:
             # The error is the caller's (as without graphs); the process stays usable.
             self.fallen_back = True
-            first_line = (str(error).splitlines() or [""])[0][:200]
-            stats.record_skip(
-                f"its capture raised {type(error).__name__}: {first_line}; it runs "
-                f"un-graphed from its next call on",
-                self.name,
-                self.source,
-            )
+            stats.record_skip(messages.capture_raised(error), self.name, self.source)
             raise
         recording = Recording(
             graph,

@@ -87,7 +87,6 @@ Upstream's trees raise when such a call warms up or records (``try_end_curr_warm
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import threading
@@ -100,7 +99,7 @@ import torch
 from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
 
-from . import stats
+from . import messages, stats
 from .backends import GraphBackend, backend_class
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
@@ -109,25 +108,6 @@ from .recording import InputBuffers, OutputBlock, Recording, hand_over
 from .storages import tensor_over
 
 log = logging.getLogger("inductor_xpugraph")
-
-STALE_OUTPUT_MESSAGE = (
-    "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) from an "
-    "earlier iteration, and its memory has been overwritten by a subsequent run. To keep an "
-    "output across calls, clone it (`out.clone()`) before calling the compiled code again; "
-    "if the next call starts a new iteration, call inductor_xpugraph.mark_step_begin() (or "
-    "torch.compiler.cudagraph_mark_step_begin()) before it."
-)
-RESET_OUTPUT_MESSAGE = (
-    "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) that "
-    "inductor_xpugraph.reset() dropped, with its memory. Clone outputs you keep across a "
-    "reset()."
-)
-
-
-@functools.lru_cache(maxsize=1024)
-def stale_message(device: str, name: str, dropped_by_reset: bool = False) -> str:
-    template = RESET_OUTPUT_MESSAGE if dropped_by_reset else STALE_OUTPUT_MESSAGE
-    return template.format(device=device, name=name)
 
 
 def current_generation() -> int:
@@ -267,12 +247,7 @@ class GraphTree:
         """The rest of this generation runs un-graphed: ``node`` may not replay because an
         output whose memory it reuses is still referenced."""
         stats.record_event(
-            stats.EventKind.LIVENESS_FALLBACK,
-            "captured reusing the memory of earlier outputs of its step that are still "
-            "referenced now; the rest of this step runs un-graphed (keep the same outputs "
-            "alive in every step, or clone them)",
-            node.name,
-            node.source,
+            stats.EventKind.LIVENESS_FALLBACK, messages.LIVENESS_FALLBACK, node.name, node.source
         )
         stats.counters["liveness_fallbacks"] += 1
         self.current = self.off_tree
@@ -305,7 +280,7 @@ class GraphTree:
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
                 if held_outputs:
                     caller_held = True
-                    message = stale_message(self.device, producer.name, dropped_by_reset)
+                    message = messages.stale_output(self.device, producer.name, dropped_by_reset)
                     for output in held_outputs:
                         invalidate_tensor(output, message)
         held_by_objects: set[OutputBlock] = set()
@@ -320,7 +295,7 @@ class GraphTree:
             if node.phase is Phase.BACKWARD or invalidate_tensor is None:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
-            message = stale_message(self.device, node.name, dropped_by_reset)
+            message = messages.stale_output(self.device, node.name, dropped_by_reset)
             for i in positions:
                 invalidate_tensor(recording.output_object(i), message)
             recording.renew_outputs(positions)
@@ -342,7 +317,7 @@ class GraphTree:
             if hand and not capturing and can_copy_out_of_pool():
                 gradients.append(block)
             elif invalidate_storage is not None:
-                message = stale_message(self.device, producer.name, dropped_by_reset)
+                message = messages.stale_output(self.device, producer.name, dropped_by_reset)
                 block.retire_stale(invalidate_storage, message)
             # else: neither is possible here; ``invalidation`` warned once.
         if gradients:
@@ -383,8 +358,7 @@ class GraphTree:
         per capture burst): how many, how long they took, and the pool they left."""
         if log.isEnabledFor(logging.INFO):
             log.info(
-                "inductor_xpugraph: %s: captured %d graph(s) in %.0f ms during the last step; "
-                "graph outputs now hold %.1f MiB of the pool",
+                messages.CAPTURES_OF_A_STEP,
                 self.device,
                 self.captures_unlogged,
                 self.capture_seconds_unlogged * 1e3,
@@ -417,14 +391,7 @@ class GraphTree:
         un-graphed (``enter``), and the next one starts from an empty tree with owned outputs
         (outputs handed out in this one stay valid until then).
         """
-        log.warning(
-            "inductor_xpugraph: the %s graph pool holds memory that is not an output of the "
-            "graphs on the current path (`%s` returned memory allocated outside its capture, "
-            "or its capture kept an allocation alive); this tree uses owned outputs instead "
-            "of allocator checkpointing from the next step on, and records its graphs again",
-            self.device,
-            node.name,
-        )
+        log.warning(messages.UNKNOWN_POOL_MEMORY, self.device, node.name)
         OwnedOutputs().adopt(node, self.pool)
         self.next_memory = OwnedOutputs()
 
@@ -436,14 +403,7 @@ class GraphTree:
         """
         if self.memory.can_capture_below(self.current):
             return True
-        log.warning(
-            "inductor_xpugraph: a new %s graph below `%s` could be placed in memory that an "
-            "earlier graph of this step lent to another branch (owned outputs cannot reserve "
-            "it again); this tree records its graphs again from the next step on, without "
-            "lending memory between graphs",
-            self.device,
-            self.current.name,
-        )
+        log.warning(messages.LENT_MEMORY_CONFLICT, self.device, self.current.name)
         self.next_memory = OwnedOutputs(lending=False)
         self.current = self.off_tree
         return False

@@ -1,0 +1,125 @@
+"""Everything the tree runtime tells users, in one place (as upstream keeps its wording in
+``cudagraph_utils``): why a graph is not captured (skip), why a callable runs un-graphed from
+now on (fallback), why it recorded again (re-record), why a step left the tree (liveness
+fallback), when a tree changes its memory strategy, and the stale-output errors.
+
+Each reason says what happened, to which input (named by ``GraphedCallable.describe_inputs``:
+placeholder, module, source line) and what the user can do; the graph's name and source line
+are added by ``stats.Event.line``. Tests and ``report()`` match these texts. Why codegen
+leaves a whole graph un-captured is said where it decides, in ``codegen.eligibility``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .. import config
+
+# -- events (stats.record_event / record_skip) -----------------------------------------------
+
+
+def rerecord(what_changed: str) -> str:
+    return f"{what_changed}; recording a variant"
+
+
+def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
+    """``moved``/``replaced``: the inputs with new addresses, the object inputs that are other
+    objects than at capture (each as ``describe_inputs`` words them), or None."""
+    parts = [f"{moved} moved (new addresses)"] if moved else []
+    if replaced:
+        parts.append(f"{replaced} are other objects than at capture")
+    return "; ".join(parts)
+
+
+def fallback_for_moving_inputs(moved: str, generations: int) -> str:
+    return (
+        f"met {config.rerecord_limit + 1} new sets of addresses of its static inputs "
+        f"(parameters, buffers, graph-produced or static-address inputs) within "
+        f"{generations} generations (now {moved} moved); running it un-graphed from now on "
+        f"(limits: inductor_xpugraph.config.rerecord_limit={config.rerecord_limit} new sets "
+        f"within rerecord_window={config.rerecord_window} generations)"
+    )
+
+
+def unsafe_mutation(inputs: str) -> str:
+    return (
+        f"mutates {inputs}, which are neither static (parameters, buffers) nor outputs of an "
+        f"earlier graph: this call runs un-graphed"
+    )
+
+
+def capture_raised(error: BaseException) -> str:
+    first_line = (str(error).splitlines() or [""])[0][:200]
+    return (
+        f"its capture raised {type(error).__name__}: {first_line}; it runs un-graphed from "
+        f"its next call on"
+    )
+
+
+def too_many_sizes_skipped() -> str:
+    return (
+        f"more than {config.dynamic_shape_warn_limit} distinct sizes and "
+        f"config.skip_dynamic_graphs=True; new sizes run un-graphed"
+    )
+
+
+LIVENESS_FALLBACK = (
+    "captured reusing the memory of earlier outputs of its step that are still referenced "
+    "now; the rest of this step runs un-graphed (keep the same outputs alive in every step, "
+    "or clone them)"
+)
+
+# -- log lines (format strings with %-arguments, for logging) --------------------------------
+
+MANY_SIZES = (
+    "inductor_xpugraph: %s has been called with %d distinct sizes; each is warmed up and "
+    "recorded on its own and keeps its own graph and memory. Mark the sizes static, pad "
+    "inputs, or set inductor_xpugraph.config.skip_dynamic_graphs=True."
+)
+CAPTURES_OF_A_STEP = (
+    "inductor_xpugraph: %s: captured %d graph(s) in %.0f ms during the last step; graph "
+    "outputs now hold %.1f MiB of the pool"
+)
+UNKNOWN_POOL_MEMORY = (
+    "inductor_xpugraph: the %s graph pool holds memory that is not an output of the graphs on "
+    "the current path (`%s` returned memory allocated outside its capture, or its capture kept "
+    "an allocation alive); this tree uses owned outputs instead of allocator checkpointing "
+    "from the next step on, and records its graphs again"
+)
+LENT_MEMORY_CONFLICT = (
+    "inductor_xpugraph: a new %s graph below `%s` could be placed in memory that an earlier "
+    "graph of this step lent to another branch (owned outputs cannot reserve it again); this "
+    "tree records its graphs again from the next step on, without lending memory between "
+    "graphs"
+)
+
+
+def overwritten_output(position: int, producer: str, changed_by: str) -> str:
+    """``debug_checks`` found a held output changed by a graphed call."""
+    return (
+        f"inductor_xpugraph debug check: output {position} of `{producer}`, handed out earlier "
+        f"in this step and still held, changed while `{changed_by}` ran: graph memory was "
+        f"reused under a live tensor. Please report this with the model."
+    )
+
+
+# -- errors raised by a tensor whose graph memory was retired ---------------------------------
+
+STALE_OUTPUT = (
+    "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) from an "
+    "earlier iteration, and its memory has been overwritten by a subsequent run. To keep an "
+    "output across calls, clone it (`out.clone()`) before calling the compiled code again; "
+    "if the next call starts a new iteration, call inductor_xpugraph.mark_step_begin() (or "
+    "torch.compiler.cudagraph_mark_step_begin()) before it."
+)
+DROPPED_BY_RESET = (
+    "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) that "
+    "inductor_xpugraph.reset() dropped, with its memory. Clone outputs you keep across a "
+    "reset()."
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def stale_output(device: str, name: str, dropped_by_reset: bool = False) -> str:
+    template = DROPPED_BY_RESET if dropped_by_reset else STALE_OUTPUT
+    return template.format(device=device, name=name)

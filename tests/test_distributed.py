@@ -107,11 +107,11 @@ def _tensor_parallel_mlp(rank: int, device: str):
     return step, reference
 
 
-def _run_tensor_parallel_steps(rank: int, device: str):
+def _run_tensor_parallel_steps(rank: int, device: str, mode: str | None = "reduce-overhead"):
     """``STEPS`` calls of the compiled step, each equal to the unsharded reference; returns
     the compiled step and the last batch."""
     step, reference = _tensor_parallel_mlp(rank, device)
-    compiled = torch.compile(step, mode="reduce-overhead")
+    compiled = torch.compile(step, mode=mode)
     inputs = torch.Generator(device=device).manual_seed(1)  # the same batch on every rank
     for _ in range(STEPS):
         x = torch.randn(8, 64, device=device, generator=inputs)
@@ -202,6 +202,23 @@ def _staggered_capture_worker(rank: int, device: str) -> None:
 @pytest.mark.parametrize("setup", SETUPS)
 def test_ranks_that_capture_at_different_calls_stay_in_step(setup):
     _spawn(_staggered_capture_worker, *setup)
+
+
+def _one_rank_ungraphed_worker(rank: int, device: str) -> None:
+    """Rank 0 runs Inductor's code without graphs (as after a fallback or a skip) while rank 1
+    records and replays: rank 0's all-reduces run from the host, rank 1's from its graph, and
+    they pair."""
+    import inductor_xpugraph
+
+    _run_tensor_parallel_steps(rank, device, mode=None if rank == 0 else "reduce-overhead")
+    stats = inductor_xpugraph.stats()
+    expected = (0, 0) if rank == 0 else (1, STEPS - 2)
+    assert (stats["records"], stats["replays"]) == expected, stats
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_rank_without_graphs_pairs_its_collectives_with_a_replaying_rank(setup):
+    _spawn(_one_rank_ungraphed_worker, *setup)
 
 
 # -- data parallelism ----------------------------------------------------------------------------

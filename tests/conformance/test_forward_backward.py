@@ -189,3 +189,50 @@ def test_an_embedding_backward(impl):
         reference(ids).square().sum().backward()
         torch.testing.assert_close(embedding.weight.grad, reference.weight.grad)
         embedding.weight.grad = reference.weight.grad = None
+
+
+class _Checkpointed(torch.nn.Module):
+    """A block under activation checkpointing: its forward runs again in the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU())
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+        return self.head(h)
+
+
+def test_activation_checkpointing_gives_eager_gradients(impl):
+    torch.manual_seed(0)
+    model = _Checkpointed().to(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    for _ in range(4):
+        x = torch.randn(8, 16, device=impl.device)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        assert_same_grads(model, reference)
+        clear_grads(model, reference)
+    assert impl.counts().replays >= 4
+
+
+def test_a_channels_last_convolution_trains_like_eager(impl):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).to(
+        impl.device, memory_format=torch.channels_last
+    )
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    for _ in range(4):
+        x = torch.randn(2, 3, 8, 8, device=impl.device).to(memory_format=torch.channels_last)
+        out = compiled(x)
+        assert out.is_contiguous(memory_format=torch.channels_last) == reference(x).is_contiguous(
+            memory_format=torch.channels_last
+        )
+        out.sum().backward()
+        reference(x).sum().backward()
+        assert_same_grads(model, reference)
+        clear_grads(model, reference)
+    assert impl.counts().replays >= 4

@@ -337,7 +337,7 @@ class GraphedCallable:
         object_inputs = [(i, args[i]) for i in objects]  # the graph bakes them in
         capture_args = list(args)
         args.clear()
-        input_buffers = InputBuffers(copied, copy_values=tree.backend.emulated)
+        input_buffers = InputBuffers(copied, copy_values=tree.backend.capture_executes)
         try:
             graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
         except Exception as error:

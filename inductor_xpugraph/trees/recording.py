@@ -412,8 +412,9 @@ class InputBuffers:
     batch, saved for the backward; the backward may consume it). ``views`` are tensors over
     the buffers that do not keep them allocated, in the order of ``indices``.
 
-    ``copy_values``: a real capture executes nothing (a copy would be captured into the
-    graph); the CPU emulator's runs the callable, which must not read garbage.
+    ``copy_values``: for a capture that executes what it captures (the CPU emulator's), so
+    that the callable never reads garbage; a stream capture executes nothing (a copy would
+    only be captured into the graph).
     """
 
     def __init__(self, indices: Sequence[int], copy_values: bool) -> None:

@@ -23,8 +23,9 @@ class GraphBackend(abc.ABC):
 
     #: ``torch.device`` type string: "xpu", "cuda" or "cpu".
     device_type: str
-    #: True only for the CPU emulator: replays re-run host code, nothing gets faster.
-    emulated: bool = False
+    #: Whether a capture runs the code it captures (the CPU emulator: replays re-run host
+    #: code, nothing gets faster). A stream capture executes nothing.
+    capture_executes: bool = False
 
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index

@@ -113,7 +113,7 @@ class EmulatedGraph:
 
 class CpuEmulationBackend(GraphBackend):
     device_type = "cpu"
-    emulated = True
+    capture_executes = True
 
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)

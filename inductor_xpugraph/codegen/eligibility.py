@@ -45,8 +45,8 @@ class GraphTarget:
     static_inputs: tuple[int, ...]  # positions not copied on replay
     copied_inputs: tuple[int, ...]  # tensor positions copied into static buffers
     mutated_inputs: tuple[int, ...]  # positions the graph writes to
-    # What the static and mutated inputs are, by position, for messages about an input that
-    # moved or is written: "primals_3, first used at model.py:20 in forward".
+    # What the static, mutated and object inputs are, by position, for messages about an
+    # input that moved or is written (``graph_input_names``).
     input_names: dict[int, str] = dataclasses.field(default_factory=dict)
 
 

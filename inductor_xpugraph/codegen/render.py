@@ -54,9 +54,7 @@ def _python_tuple(indices: Any) -> str:
 
 
 def _python_dict_lines(mapping: dict[Any, Any]) -> str:
-    """A dict literal with one entry per line (``{}`` when empty)."""
-    if not mapping:
-        return "{}"
+    """A dict literal with one entry per line."""
     return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in mapping.items()) + "}"
 
 

@@ -289,7 +289,8 @@ class GraphedCallable:
         return self._record(tree, key, args)
 
     def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
-        """``input 3 (primals_4, first used at model.py:20 in forward)``, for messages."""
+        """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``,
+        for messages (the first ``shown`` of them)."""
         parts = [
             f"{i} ({self.input_names[i]})" if i in self.input_names else f"{i}" for i in positions
         ]

@@ -147,6 +147,23 @@ def test_trees_after_resets_capture_on_one_stream_and_add_no_workspace(cuda_devi
     assert torch.cuda.memory_allocated() - allocated < 2**20
 
 
+def test_graphed_code_gives_the_callers_stream_no_cublas_workspace(cuda_device):
+    # Warmups run on the capture stream: graphed matmuls must not leave the caller's stream
+    # a workspace (32 MiB on an H100) that only un-graphed code would use.
+    torch._C._cuda_clearCublasWorkspaces()  # every tree is gone: no graph bakes one in
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).cuda()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(16, 64, device="cuda")
+    for _ in range(4):  # warmup, record, replays of the forward and the backward
+        compiled(x).square().sum().backward()
+    assert inductor_xpugraph.stats()["replays"] >= 4
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    product = x @ x.T  # the first eager matmul on this stream allocates its workspace
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - allocated - product.nbytes >= 2**20
+
+
 def test_owned_outputs_keep_every_branch_allocated(cuda_device):
     with inductor_xpugraph.config.patch(allocator_checkpointing=False):
         inductor_xpugraph.reset()

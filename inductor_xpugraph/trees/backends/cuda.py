@@ -26,6 +26,11 @@ depends on the torch release, found out once per backend (``_graph_release_frees
   and released right after it (by destroying an empty graph captured on the stream): the
   workspace is then one more intermediate of the graph just captured, whose memory later
   captures may reuse, as upstream's trees have it, without touching any other stream's.
+  Warmups run on the capture stream too, so the release also runs right before each capture:
+  a workspace a warmup allocated outside the pool must not be the one a graph bakes in.
+
+Warmups run on the capture stream (``DeviceGraphBackend.warmup``), so the caller's stream
+never gets a workspace that only graphed code needed.
 """
 
 from __future__ import annotations
@@ -101,9 +106,14 @@ class CudaGraphBackend(DeviceGraphBackend):
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
 
-    def capture(self, fn, args, pool, place_inputs):
+    def prepare_capture_stream(self):
         if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
             _allocate_blas_workspaces(self.capture_stream, self.device_index)
+        else:  # workspaces a warmup allocated outside the pool go; the capture's own come
+            _release_graph_captured_on(self.capture_stream, self.device_index)
+
+    def capture(self, fn, args, pool, place_inputs):
+        if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
             return super().capture(fn, args, pool, place_inputs)
         try:
             return super().capture(fn, args, pool, place_inputs)

@@ -88,6 +88,7 @@ class DeviceGraphBackend(GraphBackend):
         module.synchronize(self.device_index)
         caller_stream = module.current_stream(self.device_index)
         self.capture_stream.wait_stream(caller_stream)
+        self.prepare_capture_stream()
         # No cycle collection during the capture: it could destroy some unrelated graph,
         # which is not permitted while a stream captures and would invalidate this capture.
         gc_was_enabled = gc.isenabled()
@@ -107,6 +108,26 @@ class DeviceGraphBackend(GraphBackend):
                 gc.enable()
         caller_stream.wait_stream(self.capture_stream)
         return graph, outputs
+
+    def prepare_capture_stream(self) -> None:
+        """Runs before each capture, once the capture stream has caught up with the caller."""
+
+    def warmup(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> Any:
+        """Run ``fn(args)`` on the capture stream, where its capture will run.
+
+        Libraries keep state per stream (cuBLAS a workspace per thread and stream, 32 MiB on
+        an H100): warmed up on the caller's stream, graphed code would give that stream state
+        that only the capture stream needs, held for the life of the process. Upstream's
+        trees warm up on their capture stream too. The caller's stream waits for the run, as
+        if it had run there: its outputs, and the inputs it read, are safe to use and free.
+        """
+        module = self.device_module
+        caller_stream = module.current_stream(self.device_index)
+        self.capture_stream.wait_stream(caller_stream)
+        with module.device(self.device_index), module.stream(self.capture_stream):
+            outputs = fn(args)
+        caller_stream.wait_stream(self.capture_stream)
+        return outputs
 
     def is_capturing(self) -> bool:  # replaced per instance in __init__
         return self.device_module.is_current_stream_capturing()

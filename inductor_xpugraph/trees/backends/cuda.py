@@ -72,7 +72,7 @@ def _release_graph_captured_on(stream: torch.cuda.Stream, device_index: int) -> 
 def _graph_release_frees_workspaces(stream: torch.cuda.Stream, device_index: int) -> bool:
     """True when destroying a graph frees its capture stream's cuBLAS workspaces."""
     _allocate_blas_workspaces(stream, device_index)
-    torch.cuda.synchronize(device_index)
+    stream.synchronize()  # not the device: another thread may be capturing
     held = torch.cuda.memory_allocated(device_index)
     _release_graph_captured_on(stream, device_index)
     # A workspace is at least 1 MiB (cuBLASLt's); smaller changes are other threads' work.

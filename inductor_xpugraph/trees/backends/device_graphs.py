@@ -84,9 +84,12 @@ class DeviceGraphBackend(GraphBackend):
         module = self.device_module
         graph = self.new_graph()
         # Work queued before the capture (warmup runs, input copies) must be complete and
-        # visible to the capture stream.
-        module.synchronize(self.device_index)
+        # visible to the capture stream. Only this thread's two streams are waited for, never
+        # the device: another thread may be capturing, and a device-wide synchronization
+        # would break its capture ("operation not permitted when stream is capturing").
         caller_stream = module.current_stream(self.device_index)
+        caller_stream.synchronize()
+        self.capture_stream.synchronize()
         self.capture_stream.wait_stream(caller_stream)
         self.prepare_capture_stream()
         # No cycle collection during the capture: it could destroy some unrelated graph,

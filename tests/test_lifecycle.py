@@ -6,6 +6,7 @@ inside ``capture_begin`` and left the RNG in capture mode for the rest of the pr
 """
 
 import gc
+import threading
 import weakref
 
 import pytest
@@ -42,6 +43,31 @@ def runs_out_of_memory_when_captured(x: torch.Tensor, nbytes: int) -> torch.Tens
 
 @runs_out_of_memory_when_captured.register_fake
 def _(x, nbytes):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("inductor_xpugraph_tests::invalidated_by_another_thread", mutates_args=())
+def invalidated_by_another_thread(x: torch.Tensor) -> torch.Tensor:
+    """An op whose capture another thread breaks: that thread synchronizes the device while
+    the stream captures, so the capture fails in ``capture_end()``, not inside the op."""
+    if any(tree.backend.is_capturing() for tree in all_trees()):
+        errors = []
+        other = threading.Thread(target=lambda: _synchronize_into(errors))
+        other.start()
+        other.join()
+        assert errors, "a device-wide synchronize did not fail during a capture"
+    return x * 2
+
+
+def _synchronize_into(errors):
+    try:
+        torch.cuda.synchronize()
+    except Exception as error:  # the other thread's own failure: expected
+        errors.append(error)
+
+
+@invalidated_by_another_thread.register_fake
+def _(x):
     return torch.empty_like(x)
 
 
@@ -108,6 +134,26 @@ def test_an_out_of_memory_inside_a_capture_leaves_the_process_usable(cuda_each_s
     assert inductor_xpugraph.stats()["replays"] >= 2
     reasons = inductor_xpugraph.stats()["skip_reasons"]
     assert any("its capture raised OutOfMemoryError" in reason for reason in reasons)
+
+
+def test_a_capture_another_thread_invalidated_leaves_random_ops_usable(cuda_each_strategy):
+    """The capture fails in ``capture_end()``. While the caller still holds that error
+    (``excinfo``), random ops and other graphs work: the failed graph is not kept alive."""
+    broken = torch.compile(
+        lambda x: invalidated_by_another_thread(x.sin()) + 1, mode="reduce-overhead"
+    )
+    x = torch.randn(256, device="cuda")
+    broken(x)  # warmup
+    with pytest.raises(RuntimeError) as excinfo:
+        broken(x)  # the capture
+    torch.testing.assert_close(broken(x), x.sin() * 2 + 1)  # un-graphed from now on
+    noisy = torch.compile(lambda x: x * torch.rand_like(x), mode="reduce-overhead")
+    for _ in range(4):
+        torch.randn(8, device="cuda")
+        out = noisy(x)
+        assert ((out.abs() <= x.abs() + 1e-6) & (out.sign() * x.sign() >= 0)).all()
+    assert inductor_xpugraph.stats()["replays"] >= 2
+    assert excinfo.value is not None  # held until here
 
 
 def test_outputs_of_the_generation_a_capture_failed_in_stay_valid(device):

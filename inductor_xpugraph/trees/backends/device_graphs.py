@@ -106,6 +106,14 @@ class DeviceGraphBackend(GraphBackend):
                     _end_failed_capture(graph)
                     raise
                 graph.capture_end()
+        except BaseException:
+            # The caller may keep the error, and with it this frame: the failed graph must
+            # not live on there. When capture_end() itself failed (a capture another thread
+            # invalidated), torch's CUDAGraph takes its capture state off the RNG generators
+            # only when it is destroyed (CUDAGraph::reset); while it lives, random ops on the
+            # device may raise "Offset increment outside graph capture".
+            del graph
+            raise
         finally:
             if gc_was_enabled:
                 gc.enable()

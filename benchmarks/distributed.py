@@ -21,8 +21,10 @@ Workloads (random weights, the same on every variant):
 Variants: ``eager``, ``inductor`` (``torch.compile`` default mode), ``upstream`` (reduce-
 overhead, upstream's CUDA Graph Trees), ``ours`` and ``ours_portable`` (this package with
 allocator checkpointing, and with owned outputs). *peak MiB*: rank 0's peak allocated memory
-above what was allocated before the workload was built. On the CPU (gloo) the variants run
-Inductor's CPU code and ours the emulator: a check that everything runs, not a timing.
+above what was allocated before the workload was built. Every launch starts from an empty
+Inductor cache, so every variant compiles (and autotunes) the same way. On the CPU (gloo) the
+variants run Inductor's CPU code and ours the emulator: a check that everything runs, not a
+timing.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -261,7 +264,12 @@ def main() -> None:
             "--master-port", str(_free_port()), __file__, "--child", variant,
             "--device", args.device, "--steps", str(args.steps), "--workloads", *args.workloads,
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
+        # Each launch compiles from an empty Inductor cache: with a shared one, only the
+        # first compiled variant compiled from scratch (autotuning included), so its
+        # first-call time and peak memory were not comparable with the others'.
+        with tempfile.TemporaryDirectory(prefix="distributed-inductor-cache-") as cache:
+            environment = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+            done = subprocess.run(command, capture_output=True, text=True, env=environment)
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if done.returncode != 0 or not lines:
             print(f"{variant}: failed (rc {done.returncode})\n{done.stderr[-3000:]}")

@@ -130,7 +130,7 @@ def report(path: str | os.PathLike[str] | None = None) -> Report:
         events=tuple(
             EventReport(e.kind, e.graph, e.reason, e.source, e.count) for e in stats.events.values()
         ),
-        counters=stats.snapshot(),
+        counters=stats.counts(),
     )
     if path is not None:
         snapshot.draw(path)

@@ -379,7 +379,7 @@ def test_owned_outputs_keep_an_output_still_referenced(owned_tree):
 def test_owned_outputs_allow_captures_below_the_node_that_reused_the_memory(owned_tree):
     a, b = lend_to_a_backward(owned_tree)
     assert owned_tree.current is b
-    assert owned_tree.can_capture_here()
+    assert owned_tree.admit_capture_here()
 
 
 def test_owned_outputs_refuse_a_capture_that_bypasses_the_node_that_reused_the_memory(
@@ -388,7 +388,7 @@ def test_owned_outputs_refuse_a_capture_that_bypasses_the_node_that_reused_the_m
     a, b = lend_to_a_backward(owned_tree)
     owned_tree.current = a  # a later step replays a, then calls another backward
     with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
-        assert not owned_tree.can_capture_here()
+        assert not owned_tree.admit_capture_here()
     assert "without lending" in caplog.text
     assert owned_tree.current is owned_tree.off_tree  # the rest of this step runs un-graphed
     owned_tree.start_generation()
@@ -400,7 +400,7 @@ def test_owned_outputs_refuse_a_capture_below_a_lender_whose_borrower_was_droppe
     a, b = lend_to_a_backward(owned_tree)
     owned_tree.drop_node(b)  # b is re-recorded: a's lent memory is still free
     assert owned_tree.current is a
-    assert not owned_tree.can_capture_here()
+    assert not owned_tree.admit_capture_here()
 
 
 def test_owned_outputs_without_lending_keep_every_output(owned_tree):

@@ -78,7 +78,8 @@ def reset() -> None:
 
 
 def snapshot() -> dict[str, object]:
-    result = stats.snapshot()
+    """``inductor_xpugraph.stats()``: the counters, and the pool bytes of every tree."""
+    result = stats.counts()
     result["pool_bytes"] = sum(tree.pool_bytes() for tree in all_trees())
     return result
 

@@ -326,7 +326,7 @@ class GraphedCallable:
             reason = messages.unsafe_mutation(self.describe_inputs(unsafe))
             stats.record_skip(reason, self.name, self.source)
             return self.fn(args)
-        if not tree.can_capture_here():
+        if not tree.admit_capture_here():
             return self._run_eagerly(tree, args)
 
         stats.counters["records"] += 1

@@ -92,7 +92,8 @@ def skip_reasons() -> dict[str, int]:
     return dict(reasons)
 
 
-def snapshot() -> dict[str, object]:
+def counts() -> dict[str, object]:
+    """Every counter, and how many skips there were of each reason."""
     result: dict[str, object] = {name: counters[name] for name in COUNTER_NAMES}
     reasons = skip_reasons()
     result["skips"] = sum(reasons.values())

@@ -395,11 +395,11 @@ class GraphTree:
         OwnedOutputs().adopt(node, self.pool)
         self.next_memory = OwnedOutputs()
 
-    def can_capture_here(self) -> bool:
-        """Whether a child of the current node may be captured now (see ``memory``).
+    def admit_capture_here(self) -> bool:
+        """Admit the capture of a child of the current node, or refuse it (see ``memory``).
 
-        When not, the rest of this generation runs un-graphed, and the tree records again
-        from the next one without lending.
+        A refusal is not only an answer: it takes the rest of this generation off the tree
+        (it runs un-graphed), and the tree records again from the next one without lending.
         """
         if self.memory.can_capture_below(self.current):
             return True

@@ -87,7 +87,3 @@ class GraphBackend(abc.ABC):
     @abc.abstractmethod
     def is_capturing(self) -> bool:
         """True while the current stream is being captured (by us or by anyone else)."""
-
-    @abc.abstractmethod
-    def synchronize(self) -> None:
-        """Wait for all work queued on the device."""

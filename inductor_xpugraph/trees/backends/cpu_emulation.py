@@ -156,9 +156,6 @@ class CpuEmulationBackend(GraphBackend):
     def is_capturing(self) -> bool:
         return getattr(self._capturing, "active", False)
 
-    def synchronize(self) -> None:
-        pass
-
 
 def _over_callers_inputs(graph: EmulatedGraph, outputs: Any, args: list[Any], copied: set[int]):
     """The capture's outputs, with those over a static input rebuilt over that input's own

@@ -143,9 +143,6 @@ class DeviceGraphBackend(GraphBackend):
     def is_capturing(self) -> bool:  # replaced per instance in __init__
         return self.device_module.is_current_stream_capturing()
 
-    def synchronize(self) -> None:
-        self.device_module.synchronize(self.device_index)
-
 
 _capture_streams: dict[tuple[str, int, int], Any] = {}
 

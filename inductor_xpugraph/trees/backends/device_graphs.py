@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import traceback
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -98,21 +99,16 @@ class DeviceGraphBackend(GraphBackend):
         gc.disable()
         try:
             with module.device(self.device_index), module.stream(self.capture_stream):
-                graph.capture_begin(pool=pool.handle, **self.capture_begin_kwargs)
+                _graph_call(graph.capture_begin, pool=pool.handle, **self.capture_begin_kwargs)
                 try:
                     place_inputs(args)
                     outputs = fn(args)
                 except BaseException:
                     _end_failed_capture(graph)
                     raise
-                graph.capture_end()
+                _graph_call(graph.capture_end)
         except BaseException:
-            # The caller may keep the error, and with it this frame: the failed graph must
-            # not live on there. When capture_end() itself failed (a capture another thread
-            # invalidated), torch's CUDAGraph takes its capture state off the RNG generators
-            # only when it is destroyed (CUDAGraph::reset); while it lives, random ops on the
-            # device may raise "Offset increment outside graph capture".
-            del graph
+            del graph  # see _graph_call
             raise
         finally:
             if gc_was_enabled:
@@ -152,6 +148,27 @@ def _capture_stream(module: ModuleType, device_index: int) -> Any:
     if key not in _capture_streams:
         _capture_streams[key] = module.Stream(device=device_index)
     return _capture_streams[key]
+
+
+def _graph_call(method: Callable[..., None], **kwargs: Any) -> None:
+    """Call ``capture_begin`` or ``capture_end``; when it raises, the error must not keep
+    the graph alive.
+
+    The caller may keep the error, and a traceback keeps the locals of every frame it
+    passes through: ours, and those of torch's Python wrappers of these methods, whose
+    ``self`` is the graph. When ``capture_end()`` itself failed (a capture another thread
+    invalidated), torch's ``CUDAGraph`` takes its capture state off the RNG generators only
+    when the graph is destroyed (``CUDAGraph::reset``); while it lives, random ops on the
+    device may raise "Offset increment outside graph capture". So the frames below this one
+    are cleared (they are torch's), this one lets go of the method, and ``capture`` of
+    the graph.
+    """
+    try:
+        method(**kwargs)
+    except BaseException as error:
+        del method
+        traceback.clear_frames(error.__traceback__.tb_next)
+        raise
 
 
 def _end_failed_capture(graph: Any) -> None:

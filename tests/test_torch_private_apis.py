@@ -61,6 +61,9 @@ CUDA_PRIVATE_APIS = [
     # trees/invalidation.py: stale outputs (elsewhere the C++ extension does the same)
     "torch._C._set_storage_access_error_msg",
     "torch._C._set_storage_data_ptr_access_error_msg",
+    # trees/recording.py: the replay's address check in C++; without it a Python loop does
+    # the same check, slower, and nothing else would say so
+    "torch._C._tensors_data_ptrs_at_indices_equal",
 ]
 
 

@@ -27,6 +27,11 @@ class GraphBackend(abc.ABC):
     #: code, nothing gets faster). A stream capture executes nothing.
     capture_executes: bool = False
 
+    #: ``() -> bool``: whether the current stream is being captured now, by us or by anyone
+    #: else. An attribute, not a method: every call of a graphed callable asks, so each
+    #: backend binds it once, in ``__init__``, to the cheapest function that answers.
+    is_capturing: Callable[[], bool]
+
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index
 
@@ -83,7 +88,3 @@ class GraphBackend(abc.ABC):
     def pool_holds_exactly(self, pool: Any, storages: list[Any]) -> bool:
         """True when the allocated blocks of ``pool`` are exactly those of ``storages``."""
         raise NotImplementedError
-
-    @abc.abstractmethod
-    def is_capturing(self) -> bool:
-        """True while the current stream is being captured (by us or by anyone else)."""

@@ -118,6 +118,7 @@ class CpuEmulationBackend(GraphBackend):
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)
         self._capturing = threading.local()
+        self.is_capturing = self._capture_is_active
 
     def new_pool(self) -> Any:
         return object()  # buffers are owned by each EmulatedGraph
@@ -153,7 +154,7 @@ class CpuEmulationBackend(GraphBackend):
             self._capturing.active = False
         return graph, _over_callers_inputs(graph, outputs, args, set(place_inputs.indices))
 
-    def is_capturing(self) -> bool:
+    def _capture_is_active(self) -> bool:
         return getattr(self._capturing, "active", False)
 
 

@@ -53,7 +53,6 @@ class DeviceGraphBackend(GraphBackend):
         # keep per-stream state (cuBLAS a workspace per thread and stream) that a new stream
         # would add to.
         self.capture_stream = _capture_stream(module, device_index)
-        # Checked before every replay: the module function itself, resolved once.
         self.is_capturing = module.is_current_stream_capturing
 
     def new_pool(self) -> DevicePool:
@@ -135,9 +134,6 @@ class DeviceGraphBackend(GraphBackend):
             outputs = fn(args)
         caller_stream.wait_stream(self.capture_stream)
         return outputs
-
-    def is_capturing(self) -> bool:  # replaced per instance in __init__
-        return self.device_module.is_current_stream_capturing()
 
 
 _capture_streams: dict[tuple[str, int, int], Any] = {}

@@ -160,7 +160,7 @@ class GraphedCallable:
             node is not None
             and node.recording.static_inputs_match(args)
             and not tree.backend.is_capturing()
-            and (not node.reused_outputs or node.release_reused_memory(args))
+            and (not node.reused_outputs or node.try_release_reused_memory(args))
         ):
             recording = node.recording
             recording.launch(args)
@@ -249,7 +249,7 @@ class GraphedCallable:
 
     def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
         """Replay a recording that is not the one used last here (the fast path's work)."""
-        if node.reused_outputs and not node.release_reused_memory(args):
+        if node.reused_outputs and not node.try_release_reused_memory(args):
             tree.leave_for_this_generation(node)
             return self._run_eagerly(tree, args)
         outputs = node.recording.replay(args)

@@ -111,9 +111,12 @@ class GraphNode:
         node.name = name
         return node
 
-    def release_reused_memory(self, args: list[Any]) -> bool:
-        """Drop ``args``' references to consumed inputs, then check nothing else references
-        memory this node's capture reused. When something does, ``args`` is rebuilt."""
+    def try_release_reused_memory(self, args: list[Any]) -> bool:
+        """Make the memory this node's capture reused free for its replay, or fail whole.
+
+        Drops ``args``' references to the consumed inputs, then checks that nothing else
+        references that memory. When something does, returns False with ``args`` as they
+        were: the replay would overwrite what that reference reads."""
         for consumed in self.consumed_inputs:
             args[consumed.index] = None
         for block in self.reused_outputs:

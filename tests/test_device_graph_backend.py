@@ -29,18 +29,34 @@ class ScriptedStream:
 
 
 class ScriptedGraph:
+    """torch's ``CUDAGraph`` in the order its C++ does things, failures included."""
+
     def __init__(self, device: ScriptedDevice) -> None:
         self.device = device
+        self.pool = None
+        self.capture_ended = False
 
     def capture_begin(self, pool) -> None:
+        self.device.begin_allocate_to_pool(pool)
+        self.pool = pool
+        if self.device.fail == "begin":  # cudaStreamBeginCapture failed
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
         self.device.capturing_on = self.device.current
         self.device.log.append(f"capture begins on {self.device.current.name}")
 
     def capture_end(self) -> None:
         self.device.capturing_on = None
         self.device.log.append("capture ends")
-        if self.device.capture_end_fails:
+        if self.device.fail == "end":  # cudaStreamEndCapture failed: nothing below ran
             raise RuntimeError("operation failed due to a previous error during capture")
+        self.device.end_allocate_to_pool(0, self.pool)
+        self.capture_ended = True
+        if self.device.fail == "instantiate":  # after the capture ended
+            raise RuntimeError("CUDA error: out of memory")
+
+    def __del__(self) -> None:  # CUDAGraph::reset
+        if self.capture_ended:
+            self.device.release_pool(0, self.pool)
 
 
 class ScriptedDevice:
@@ -51,8 +67,24 @@ class ScriptedDevice:
         self.log: list[str] = []
         self.current = ScriptedStream(self, "caller")
         self.capturing_on: ScriptedStream | None = None
-        self.capture_end_fails = False
+        self.fail: str | None = None  # "begin", "end" or "instantiate"
         self.streams = 0
+        # The caching allocator's view of private pools: which one a capture routes its
+        # allocations into, and how many holds each pool has (it is freed at 0).
+        self.routing: list[object] = []
+        self.holds: dict[object, int] = {}
+
+    def begin_allocate_to_pool(self, pool) -> None:
+        self.routing.append(pool)
+        self.holds[pool] = self.holds.get(pool, 0) + 1
+
+    def end_allocate_to_pool(self, device_index: int, pool) -> None:
+        if pool not in self.routing:
+            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+        self.routing.remove(pool)
+
+    def release_pool(self, device_index: int, pool) -> None:
+        self.holds[pool] -= 1  # below the graphs that use it: freed while in use
 
     def is_available(self) -> bool:
         return True
@@ -99,6 +131,8 @@ def backend(device):
     class ScriptedBackend(DeviceGraphBackend):
         device_type = "scripted"
         device_module = device
+        end_allocate_to_pool = device.end_allocate_to_pool
+        release_pool = device.release_pool
         graphs: list[weakref.ref] = []
 
         def new_graph(self):
@@ -148,12 +182,30 @@ def test_a_capture_waits_for_its_own_streams_and_never_for_the_device(backend, d
 
 def test_a_capture_whose_end_failed_is_not_kept_alive_by_its_error(backend, device):
     pool = backend.new_pool()
-    device.capture_end_fails = True
+    device.fail = "end"
     with pytest.raises(RuntimeError, match="previous error during capture") as kept:
         backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
     assert kept.value.__traceback__ is not None  # the caller still holds the error...
     assert backend.graphs[-1]() is None  # ...but not the graph: torch frees its state then
     assert device.current.name == "caller" and device.capturing_on is None
+
+
+@pytest.mark.parametrize(
+    "failure, error",
+    [("begin", "not permitted"), ("end", "previous error"), ("instantiate", "out of memory")],
+)
+def test_a_failed_capture_leaves_the_pool_held_by_its_keeper_only(backend, device, failure, error):
+    """Whatever step of torch's capture failed, the allocator routes nothing into the pool
+    afterwards and the pool is held exactly once, by the graph that keeps it alive: never
+    more (it could not be freed) and never less (it would be freed under live graphs)."""
+    pool = backend.new_pool()
+    device.fail = failure
+    with pytest.raises(RuntimeError, match=error):  # torch's own error, nothing of ours
+        backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
+    assert device.routing == [] and device.holds[pool.handle] == 1
+    device.fail = None
+    graph, _ = backend.capture(run_on_current_stream(device, "code"), [], pool, lambda a: None)
+    assert device.routing == [] and device.holds[pool.handle] == 2
 
 
 def test_a_capture_whose_code_raised_is_ended_and_not_kept_alive_by_its_error(backend, device):
@@ -167,3 +219,18 @@ def test_a_capture_whose_code_raised_is_ended_and_not_kept_alive_by_its_error(ba
     assert kept.value.__traceback__ is not None
     assert device.log[-1] == "capture ends" and device.capturing_on is None
     assert backend.graphs[-1]() is None
+    assert device.routing == [] and device.holds[pool.handle] == 1
+
+
+def test_a_capture_broken_by_its_own_code_ends_cleanly_with_the_codes_error(backend, device):
+    """The captured code raised and broke the capture: ending it fails too, and the caller
+    sees the code's error, with the pool's routing and holds undone."""
+    pool = backend.new_pool()
+    device.fail = "end"
+
+    def synchronizes(args):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted"):
+        backend.capture(synchronizes, [], pool, lambda args: None)
+    assert device.routing == [] and device.holds[pool.handle] == 1

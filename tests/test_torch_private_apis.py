@@ -45,6 +45,8 @@ PRIVATE_APIS = [
     "torch.xpu.XPUGraph",
     "torch.xpu.graph_pool_handle",
     "torch.xpu.is_current_stream_capturing",
+    "torch._C._xpu_endAllocateToPool",  # backends/device_graphs.py: a failed capture
+    "torch._C._xpu_releasePool",
     "torch._C._construct_storage_from_data_pointer",
     "torch._C._storage_Use_Count",
     "torch.UntypedStorage._new_with_weak_ptr",
@@ -58,6 +60,9 @@ CUDA_PRIVATE_APIS = [
     "torch._C._cuda_checkPoolLiveAllocations",
     "torch._C._free_And_Remove_DeleterFn",
     "torch._C._has_Standard_Deleter",
+    # trees/backends/device_graphs.py: what a failed capture leaves undone
+    "torch._C._cuda_endAllocateToPool",
+    "torch._C._cuda_releasePool",
     # trees/invalidation.py: stale outputs (elsewhere the C++ extension does the same)
     "torch._C._set_storage_access_error_msg",
     "torch._C._set_storage_data_ptr_access_error_msg",

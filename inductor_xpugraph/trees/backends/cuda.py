@@ -97,6 +97,8 @@ class CudaGraphBackend(DeviceGraphBackend):
     device_module = torch.cuda
     # "thread_local": other threads may keep allocating and launching while we capture.
     capture_begin_kwargs = {"capture_error_mode": "thread_local"}
+    end_allocate_to_pool = staticmethod(torch._C._cuda_endAllocateToPool)
+    release_pool = staticmethod(torch._C._cuda_releasePool)
     supports_pool_checkpoints = True
 
     def __init__(self, device_index: int) -> None:

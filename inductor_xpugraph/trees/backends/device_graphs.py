@@ -29,6 +29,10 @@ class DeviceGraphBackend(GraphBackend):
     device_module: ModuleType
     #: Extra keyword arguments of ``capture_begin`` (cuda: ``capture_error_mode``).
     capture_begin_kwargs: dict[str, Any] = {}
+    #: The allocator's ``(device_index, pool handle)`` calls that stop routing allocations
+    #: into a pool and give back a capture's hold on it (``_undo_pool_routing``).
+    end_allocate_to_pool: Callable[[int, Any], None]
+    release_pool: Callable[[int, Any], None]
 
     def new_graph(self) -> Any:
         raise NotImplementedError
@@ -96,24 +100,75 @@ class DeviceGraphBackend(GraphBackend):
         # which is not permitted while a stream captures and would invalidate this capture.
         gc_was_enabled = gc.isenabled()
         gc.disable()
+        code_raised = False
         try:
             with module.device(self.device_index), module.stream(self.capture_stream):
-                _graph_call(graph.capture_begin, pool=pool.handle, **self.capture_begin_kwargs)
+                self._begin_capture(graph, pool)
                 try:
                     place_inputs(args)
                     outputs = fn(args)
                 except BaseException:
-                    _end_failed_capture(graph)
+                    code_raised = True
+                    self._end_capture(graph, pool, after_error=True)
                     raise
-                _graph_call(graph.capture_end)
-        except BaseException:
-            del graph  # see _graph_call
+                self._end_capture(graph, pool)
+        except BaseException as error:
+            # The caller may keep the error, and a traceback keeps the locals of every frame
+            # it passes through. The failed graph must not live on there: when capture_end()
+            # itself failed (a capture another thread broke), torch's CUDAGraph takes its
+            # capture state off the RNG generators only when the graph is destroyed; while
+            # it lives, random ops on the device may raise "Offset increment outside graph
+            # capture". So this frame lets go of it, and when capture_begin or capture_end
+            # raised, the frames below (ours and torch's Python wrappers, whose ``self`` is
+            # the graph) are cleared. The captured code's own frames are left as they are.
+            del graph
+            if not code_raised:
+                traceback.clear_frames(error.__traceback__.tb_next)
             raise
         finally:
             if gc_was_enabled:
                 gc.enable()
         caller_stream.wait_stream(self.capture_stream)
         return graph, outputs
+
+    def _begin_capture(self, graph: Any, pool: DevicePool) -> None:
+        try:
+            graph.capture_begin(pool=pool.handle, **self.capture_begin_kwargs)
+        except BaseException:
+            self._undo_pool_routing(pool)
+            raise
+
+    def _end_capture(self, graph: Any, pool: DevicePool, after_error: bool = False) -> None:
+        """End the capture, so that the stream, the allocator and the RNG leave capture mode.
+
+        ``after_error``: the captured code raised, and its error is the one the caller
+        sees; an error of ending a capture it already broke adds nothing.
+        """
+        try:
+            graph.capture_end()
+        except BaseException:
+            self._undo_pool_routing(pool)
+            if not after_error:
+                raise
+
+    def _undo_pool_routing(self, pool: DevicePool) -> None:
+        """After ``capture_begin`` or ``capture_end`` raised: what torch left undone.
+
+        ``capture_begin`` makes the allocator route the capture's allocations into the pool
+        and take a hold on it; ``capture_end`` stops the routing and, once the capture has
+        ended, the graph gives the hold back when destroyed. When ``cudaStreamEndCapture``
+        fails (a capture another thread broke), torch raises before either: the allocator
+        would keep checking every later allocation against a capture that no longer exists,
+        and the pool could never be freed. So: when the allocator still routes into the pool,
+        the routing is stopped and the hold given back, once, as torch's own ``use_mem_pool``
+        pairs them. When it no longer routes, torch got past that point and nothing is
+        undone: giving the hold back twice would free a pool that graphs still use.
+        """
+        try:
+            self.end_allocate_to_pool(self.device_index, pool.handle)
+        except RuntimeError:  # "not currently recording to mempool_id"
+            return
+        self.release_pool(self.device_index, pool.handle)
 
     def prepare_capture_stream(self) -> None:
         """Runs before each capture, once the capture stream has caught up with the caller."""
@@ -144,34 +199,3 @@ def _capture_stream(module: ModuleType, device_index: int) -> Any:
     if key not in _capture_streams:
         _capture_streams[key] = module.Stream(device=device_index)
     return _capture_streams[key]
-
-
-def _graph_call(method: Callable[..., None], **kwargs: Any) -> None:
-    """Call ``capture_begin`` or ``capture_end``; when it raises, the error must not keep
-    the graph alive.
-
-    The caller may keep the error, and a traceback keeps the locals of every frame it
-    passes through: ours, and those of torch's Python wrappers of these methods, whose
-    ``self`` is the graph. When ``capture_end()`` itself failed (a capture another thread
-    invalidated), torch's ``CUDAGraph`` takes its capture state off the RNG generators only
-    when the graph is destroyed (``CUDAGraph::reset``); while it lives, random ops on the
-    device may raise "Offset increment outside graph capture". So the frames below this one
-    are cleared (they are torch's), this one lets go of the method, and ``capture`` of
-    the graph.
-    """
-    try:
-        method(**kwargs)
-    except BaseException as error:
-        del method
-        traceback.clear_frames(error.__traceback__.tb_next)
-        raise
-
-
-def _end_failed_capture(graph: Any) -> None:
-    """End a capture whose captured code raised, so that the stream, the allocator and the
-    RNG leave capture mode; the graph is discarded. The captured code's error is the one
-    the caller sees: an error of ending a capture it already broke adds nothing."""
-    try:
-        graph.capture_end()
-    except Exception:  # noqa: S110 - the original error is re-raised by the caller
-        pass

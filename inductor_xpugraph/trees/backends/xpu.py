@@ -15,6 +15,8 @@ from .device_graphs import DeviceGraphBackend
 class XpuGraphBackend(DeviceGraphBackend):
     device_type = "xpu"
     device_module = torch.xpu
+    end_allocate_to_pool = staticmethod(torch._C._xpu_endAllocateToPool)
+    release_pool = staticmethod(torch._C._xpu_releasePool)
 
     def new_graph(self) -> torch.xpu.XPUGraph:
         return torch.xpu.XPUGraph()

@@ -17,6 +17,10 @@ Workloads (random weights, the same on every variant):
 - ``ddp_train``: ``DDP(torch.compile(model))`` (the reducer all-reduces the gradients the
   graphed backward produced), an MLP of 4 layers of 1024, AdamW, batch 64 per rank; every
   step reads the loss on the host. The losses of all steps are compared with eager DDP's.
+- ``fsdp_train``: the same MLP and loop under FSDP2, torchtitan's recipe: ``fully_shard``
+  on each Linear and on the model, each Linear's forward compiled. FSDP gathers the
+  parameters into new memory at every step, so the graphed variants' static inputs move:
+  how each tree copes (re-records, fallbacks, memory) is the comparison.
 
 Variants: ``eager``, ``inductor`` (``torch.compile`` default mode), ``upstream`` (reduce-
 overhead, upstream's CUDA Graph Trees), ``ours`` and ``ours_portable`` (this package with
@@ -43,7 +47,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 VARIANTS = ("eager", "inductor", "upstream", "ours", "ours_portable")
-WORKLOADS = ("tp_decode", "ddp_train")
 
 
 # -- the variant -------------------------------------------------------------------------------
@@ -200,6 +203,47 @@ def ddp_train(variant: str, device: torch.device, steps: int) -> dict:
     }
 
 
+def fsdp_train(variant: str, device: torch.device, steps: int) -> dict:
+    """FSDP2 as torchtitan uses it with torch.compile: each layer sharded with
+    ``fully_shard`` and each layer's forward compiled. FSDP gathers a layer's parameters
+    into new memory at every step, so graphed variants see static inputs that move."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    before = allocated(device)
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).to(device)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+            layer.forward = compile_for(variant, layer.forward)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
+    losses, times = [], []
+    for _ in range(steps):
+        x = torch.randn(64, 1024, device=device, generator=data)
+        start = time.perf_counter()
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        times.append(time.perf_counter() - start)
+    steady = sorted(times[3:])[len(times[3:]) // 2]
+    return {
+        "step ms": steady * 1e3,
+        "first s": times[0],
+        "peak MiB": (peak(device) - before) / 2**20,
+        "losses": losses,
+    }
+
+
+WORKLOADS = {"tp_decode": tp_decode, "ddp_train": ddp_train, "fsdp_train": fsdp_train}
+
+
 # -- one variant under torchrun ----------------------------------------------------------------
 
 
@@ -219,9 +263,7 @@ def child(variant: str, device_type: str, workloads: list[str], steps: int) -> N
         torch._dynamo.reset()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        results[workload] = (tp_decode if workload == "tp_decode" else ddp_train)(
-            variant, device, steps
-        )
+        results[workload] = WORKLOADS[workload](variant, device, steps)
         if variant.startswith("ours"):
             import inductor_xpugraph
 
@@ -245,7 +287,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
     args = parser.parse_args()
@@ -279,13 +321,13 @@ def main() -> None:
 
 
 def report(rows: dict, workloads: list[str]) -> None:
-    eager_losses = rows.get("eager", {}).get("ddp_train", {}).get("losses")
     for workload in workloads:
+        eager_losses = rows.get("eager", {}).get(workload, {}).get("losses")
         print(f"\n{workload}")
         if workload == "tp_decode":
             columns = "pipelined ms/step | synchronized ms/step | 1st s | peak MiB | result"
         else:
-            columns = "ms/step | 1st s | peak MiB | losses equal eager DDP's"
+            columns = "ms/step | 1st s | peak MiB | losses equal eager's"
         print(f"| variant | {columns} | ours: records / replays / fallbacks |")
         print("|---" * (columns.count("|") + 3) + "|")
         for variant, results in rows.items():

@@ -26,7 +26,9 @@ Variants: ``eager``, ``inductor`` (``torch.compile`` default mode), ``upstream``
 overhead, upstream's CUDA Graph Trees), ``ours`` and ``ours_portable`` (this package with
 allocator checkpointing, and with owned outputs). *peak MiB*: rank 0's peak allocated memory
 above what was allocated before the workload was built. Every launch starts from an empty
-Inductor cache, so every variant compiles (and autotunes) the same way. On the CPU (gloo) the
+Inductor cache, so every variant compiles (and autotunes) the same way. *graphs*: rank 0's
+recordings and replays, for ours and for upstream's trees (counted where they create and
+run a node), and our fallbacks. On the CPU (gloo) the
 variants run Inductor's CPU code and ours the emulator: a check that everything runs, not a
 timing.
 """
@@ -34,6 +36,7 @@ timing.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import socket
@@ -247,6 +250,23 @@ WORKLOADS = {"tp_decode": tp_decode, "ddp_train": ddp_train, "fsdp_train": fsdp_
 # -- one variant under torchrun ----------------------------------------------------------------
 
 
+def count_upstream_graphs() -> collections.Counter:
+    """Count upstream's recordings and replays where its trees make a node and run one."""
+    from torch._inductor import cudagraph_trees
+
+    counts: collections.Counter = collections.Counter()
+    node = cudagraph_trees.CUDAGraphNode
+    for method, key in (("__init__", "records"), ("run", "replays")):
+        original = getattr(node, method)
+
+        def counted(*args, _original=original, _key=key, **kwargs):
+            counts[_key] += 1
+            return _original(*args, **kwargs)
+
+        setattr(node, method, counted)
+    return counts
+
+
 def child(variant: str, device_type: str, workloads: list[str], steps: int) -> None:
     rank = int(os.environ["RANK"])
     if device_type == "cuda":
@@ -258,6 +278,7 @@ def child(variant: str, device_type: str, workloads: list[str], steps: int) -> N
         else torch.device("cpu")
     )
     select(variant, device_type)
+    upstream_counts = count_upstream_graphs() if variant == "upstream" else None
     results = {}
     for workload in workloads:
         torch._dynamo.reset()
@@ -268,9 +289,13 @@ def child(variant: str, device_type: str, workloads: list[str], steps: int) -> N
             import inductor_xpugraph
 
             stats = inductor_xpugraph.stats()
-            results[workload]["ours"] = {k: stats[k] for k in ("records", "replays", "fallbacks")}
-            results[workload]["ours"]["skips"] = list(stats["skip_reasons"])
+            graphs = {k: stats[k] for k in ("records", "replays", "fallbacks")}
+            results[workload]["graphs"] = {**graphs, "skips": list(stats["skip_reasons"])}
             inductor_xpugraph.reset()
+        if upstream_counts is not None:
+            graphs = {"records": 0, "replays": 0, **upstream_counts}
+            results[workload]["graphs"] = {**graphs, "fallbacks": "-", "skips": []}
+            upstream_counts.clear()
     dist.barrier()
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
@@ -328,14 +353,18 @@ def report(rows: dict, workloads: list[str]) -> None:
             columns = "pipelined ms/step | synchronized ms/step | 1st s | peak MiB | result"
         else:
             columns = "ms/step | 1st s | peak MiB | losses equal eager's"
-        print(f"| variant | {columns} | ours: records / replays / fallbacks |")
+        print(f"| variant | {columns} | graphs: records / replays / fallbacks |")
         print("|---" * (columns.count("|") + 3) + "|")
         for variant, results in rows.items():
             r = results[workload]
-            ours = r.get("ours")
-            counts = f"{ours['records']} / {ours['replays']} / {ours['fallbacks']}" if ours else ""
-            if ours and ours["skips"]:
-                counts += f" (skipped: {'; '.join(ours['skips'])[:200]})"
+            graphs = r.get("graphs")
+            counts = (
+                f"{graphs['records']} / {graphs['replays']} / {graphs['fallbacks']}"
+                if graphs
+                else ""
+            )
+            if graphs and graphs["skips"]:
+                counts += f" (skipped: {'; '.join(graphs['skips'])[:200]})"
             if workload == "tp_decode":
                 print(
                     f"| {variant} | {r['pipelined ms']:.3f} | {r['synchronized ms']:.3f} | "

@@ -25,15 +25,18 @@ warmup_runs: int = _from_environment("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RU
 # Thrash guard: a callable that records more than ``rerecord_limit`` sets of addresses of its
 # static inputs never seen before (a parameter, buffer or KV cache moved) within
 # ``rerecord_window`` generations runs un-graphed from then on: recording that often costs
-# more than replaying saves. An input re-created once per request (``generate`` allocates a
-# new static KV cache per call) records once per request and stays graphed.
+# more than replaying saves. The same limit applies to recording again what the bound on
+# variants (``static_input_variants``) dropped, below included. An input re-created once per
+# request (``generate`` allocates a new static KV cache per call) records once per request
+# and stays graphed.
 rerecord_limit: int = _from_environment("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
 rerecord_window: int = _from_environment("rerecord_window", "INDUCTOR_XPUGRAPH_RERECORD_WINDOW", 64)
 
 # Recordings kept per callable and place in the tree for different addresses of its static
 # inputs (parameters, buffers, ``mark_static_address`` tensors such as a KV cache): when a set
 # of addresses comes back, its recording replays. Past this many, the least recently used one
-# is dropped. Only address sets never seen before count toward ``rerecord_limit``.
+# is dropped, with the recordings below it. Recording those again counts toward
+# ``rerecord_limit`` separately from address sets never seen before.
 static_input_variants: int = _from_environment(
     "static_input_variants", "INDUCTOR_XPUGRAPH_STATIC_INPUT_VARIANTS", 4
 )

@@ -275,6 +275,56 @@ def test_variants_are_bounded_and_an_evicted_one_records_again_without_counting(
     assert [c.rerecords for c in graphed_callable._all_callables if c.rerecords] == [2]
 
 
+def test_variants_evicted_and_recorded_again_too_often_fall_back(device):
+    """Three weights in turn with two variants kept: each call evicts the recording the
+    next one needs. After rerecord_limit such records the callable runs un-graphed,
+    instead of capturing at every call."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    weights = [torch.nn.Parameter(torch.randn_like(model.weight)) for _ in range(3)]
+    x = torch.randn(4, 16, device=device)
+    limit = inductor_xpugraph.config.rerecord_limit
+    with inductor_xpugraph.config.patch(static_input_variants=2), torch.no_grad():
+        for step in range(30):
+            swap_to(model, weights[step % 3])
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["fallbacks"] == 1 and stats["replays"] == 0
+    assert stats["records"] == 3 + limit  # three new sets, then limit evicted ones again
+    reasons = [e.reason for e in inductor_xpugraph.report().events if e.kind.name == "FALLBACK"]
+    assert any("dropped to keep at most 2 variants" in reason for reason in reasons)
+
+
+def test_a_graph_recorded_below_a_cycling_one_falls_back_too(device):
+    """The second graph of a step is recorded below whichever variant of the first ran,
+    at a place where it has no recording to be a variant of; when the first graph's
+    variants are evicted, the second graph's recordings go with them. It too must not
+    capture at every step."""
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(16, 16).to(device), torch.nn.Linear(16, 8).to(device)
+
+    def step(x):
+        hidden = first(x)
+        torch._dynamo.graph_break()
+        return second(hidden)
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    weights = [torch.nn.Parameter(torch.randn_like(first.weight)) for _ in range(3)]
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(static_input_variants=2), torch.no_grad():
+        for i in range(40):
+            swap_to(first, weights[i % 3])
+            torch.testing.assert_close(compiled(x), step(x))
+        records = inductor_xpugraph.stats()["records"]
+        for i in range(6):
+            swap_to(first, weights[i % 3])
+            compiled(x)
+    stats = inductor_xpugraph.stats()
+    assert stats["fallbacks"] == 2
+    assert stats["records"] == records  # nothing records at every step any more
+
+
 def test_weights_loaded_in_place_reach_the_next_replay(device):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).to(device)

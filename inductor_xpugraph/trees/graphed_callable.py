@@ -17,10 +17,13 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    When a non-copied input moved, the callable is recorded again as a *variant*, beside the
    recordings for the addresses seen before, and whichever matches replays (a KV cache or a
    parameter set that comes back). At most ``config.static_input_variants`` variants are kept
-   per place, the least recently used dropped first. A callable that records more than
-   ``config.rerecord_limit`` address sets never seen before within
-   ``config.rerecord_window`` generations runs un-graphed for good (its inputs move on
-   nearly every step); one whose inputs are re-created once per request stays graphed.
+   per place, the least recently used dropped first. The thrash guard: a callable runs
+   un-graphed for good when, within ``config.rerecord_window`` generations, it records
+   more than ``config.rerecord_limit`` address sets never seen before (its inputs move on
+   nearly every step), or records again more than that many recordings it had and lost to
+   that bound (its address sets, or those of a graph before it, cycle through more than
+   are kept: the graphs below an evicted variant go with it). One whose inputs are
+   re-created once per request stays graphed.
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size; see ``config.dynamic_shape_warn_limit`` and
@@ -79,6 +82,30 @@ def reset_all_callables() -> None:
         graphed.reset()
 
 
+class RecentRecords:
+    """The thrash guard's clock for one kind of recording: the tree generations of the
+    latest ``config.rerecord_limit + 1``. Too many when they all fell within
+    ``config.rerecord_window`` generations."""
+
+    __slots__ = ("generations",)
+
+    def __init__(self) -> None:
+        self.generations: list[int] = []
+
+    def add(self, generation: int) -> bool:
+        """Note one recording at ``generation``; True when that makes too many."""
+        recent = self.generations
+        recent.append(generation)
+        del recent[: -(config.rerecord_limit + 1)]
+        return (
+            len(recent) > config.rerecord_limit and recent[-1] - recent[0] < config.rerecord_window
+        )
+
+    def span(self) -> int:
+        """Generations from the oldest noted recording to the latest, both included."""
+        return self.generations[-1] - self.generations[0] + 1
+
+
 class GraphedCallable:
     def __init__(
         self,
@@ -134,10 +161,11 @@ class GraphedCallable:
         # neither static nor mutated. None until the first call.
         self._passed_back: tuple[int, ...] | None = None
         # Addresses of the static inputs of every recording made, to tell a set that comes
-        # back from a new one; and the tree generations at which the latest new sets were
-        # recorded (the last rerecord_limit + 1), for the thrash guard.
+        # back from a new one. The thrash guard counts two kinds of recordings: of new
+        # address sets, and again of recordings the bound on variants evicted.
         self._address_sets_seen: set[tuple[int, ...]] = set()
-        self._new_set_generations: list[int] = []
+        self._new_address_sets = RecentRecords()
+        self._evicted_recorded_again = RecentRecords()
         self.rerecords = 0  # new address sets recorded, in all
         self.fallen_back = False
 
@@ -267,16 +295,14 @@ class GraphedCallable:
         moved, replaced = recording.changed_inputs(args)
         if recording.input_identity(args) not in self._address_sets_seen:
             self.rerecords += 1
-            recent = self._new_set_generations
-            recent.append(tree.generations_started)
-            del recent[: -(config.rerecord_limit + 1)]
-            if (
-                len(recent) > config.rerecord_limit
-                and recent[-1] - recent[0] < config.rerecord_window
-            ):
-                return self._fall_back_for_moving_inputs(
-                    moved + replaced, recent[-1] - recent[0] + 1, args
-                )
+            if self._new_address_sets.add(tree.generations_started):
+                moving = self.describe_inputs(moved + replaced)
+                span = self._new_address_sets.span()
+                return self._fall_back(messages.fallback_for_moving_inputs(moving, span), args)
+        elif self._evicted_recorded_again.add(tree.generations_started):
+            # Recorded here before, and dropped since: the variants kept are too few.
+            span = self._evicted_recorded_again.span()
+            return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
@@ -285,7 +311,7 @@ class GraphedCallable:
             self.source,
         )
         if len(variants) >= config.static_input_variants:
-            tree.drop_node(variants[-1])  # the least recently used
+            tree.evict_variant(variants[-1])  # the least recently used
         return self._record(tree, key, args)
 
     def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
@@ -303,11 +329,12 @@ class GraphedCallable:
             self.describe_inputs(replaced) if replaced else None,
         )
 
-    def _fall_back_for_moving_inputs(self, moved: list[int], generations: int, args: list[Any]):
+    def _fall_back(self, reason: str, args: list[Any]) -> Any:
+        """Run un-graphed from now on (the thrash guard); the tree drops this callable's
+        recordings."""
         self.fallen_back = True
         _forget_callable(self.id)
         stats.counters["fallbacks"] += 1
-        reason = messages.fallback_for_moving_inputs(self.describe_inputs(moved), generations)
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         return self.fn(args)
 
@@ -328,6 +355,11 @@ class GraphedCallable:
             return self.fn(args)
         if not tree.admit_capture_here():
             return self._run_eagerly(tree, args)
+        if tree.evicted[self.id, key]:  # recorded below a variant that was evicted
+            tree.evicted[self.id, key] -= 1
+            if self._evicted_recorded_again.add(tree.generations_started):
+                span = self._evicted_recorded_again.span()
+                return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
 
         stats.counters["records"] += 1
         static_inputs = [StaticInput.of(args, i) for i in static]

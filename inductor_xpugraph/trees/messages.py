@@ -41,6 +41,18 @@ def fallback_for_moving_inputs(moved: str, generations: int) -> str:
     )
 
 
+def fallback_for_evicted_rerecords(generations: int) -> str:
+    return (
+        f"recorded {config.rerecord_limit + 1} times within {generations} generations what "
+        f"it had recorded before and dropped to keep at most "
+        f"{config.static_input_variants} variants (its static inputs, or those of a graph "
+        f"before it, cycle through more address sets than are kept); running it un-graphed "
+        f"from now on (limits: inductor_xpugraph.config.static_input_variants="
+        f"{config.static_input_variants}, rerecord_limit={config.rerecord_limit} within "
+        f"rerecord_window={config.rerecord_window} generations)"
+    )
+
+
 def unsafe_mutation(inputs: str) -> str:
     return (
         f"mutates {inputs}, which are neither static (parameters, buffers) nor outputs of an "

@@ -87,6 +87,7 @@ Upstream's trees raise when such a call warms up or records (``try_end_curr_warm
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -150,6 +151,10 @@ class GraphTree:
         self.next_memory: MemoryStrategy | None = None
         # Callables that no longer exist; their nodes are dropped off the fast path.
         self.forgotten_callables: list[int] = []
+        # Recordings evicted and not recorded again yet, per (callable id, sizes).
+        self.evicted: collections.Counter[tuple[int | None, tuple[int, ...]]] = (
+            collections.Counter()
+        )
         # Captures since the last summary line (``_log_captures``): how many, and seconds.
         self.captures_unlogged = 0
         self.capture_seconds_unlogged = 0.0
@@ -411,6 +416,15 @@ class GraphTree:
     def enter(self, node: GraphNode) -> None:
         """Make the node just run the current one (the end of the path so far)."""
         self.current = self.off_tree if self.next_memory is not None else node
+
+    def evict_variant(self, node: GraphNode) -> None:
+        """Drop a variant that the bound on kept variants pushes out
+        (``config.static_input_variants``), noting the recordings below it that go with
+        it: recording one of those again counts toward the thrash guard
+        (``GraphedCallable._record``). The variant itself is its callable's to count, when
+        its address set comes back (``GraphedCallable._record_variant``)."""
+        self.evicted.update((n.callable_id, n.sizes) for n in node.subtree()[1:])
+        self.drop_node(node)
 
     def drop_node(self, node: GraphNode) -> None:
         """Forget ``node`` and its subtree; their graph memory returns to the pool."""

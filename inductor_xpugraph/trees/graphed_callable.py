@@ -293,16 +293,14 @@ class GraphedCallable:
         """Record for new addresses of the static inputs, keeping the other recordings."""
         recording = variants[0].recording
         moved, replaced = recording.changed_inputs(args)
-        if recording.input_identity(args) not in self._address_sets_seen:
+        # An address set seen before was recorded here and dropped since, by the bound.
+        seen_before = recording.input_identity(args) in self._address_sets_seen
+        if not seen_before:
             self.rerecords += 1
             if self._new_address_sets.add(tree.generations_started):
                 moving = self.describe_inputs(moved + replaced)
                 span = self._new_address_sets.span()
                 return self._fall_back(messages.fallback_for_moving_inputs(moving, span), args)
-        elif self._evicted_recorded_again.add(tree.generations_started):
-            # Recorded here before, and dropped since: the variants kept are too few.
-            span = self._evicted_recorded_again.span()
-            return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
         stats.counters["rerecords"] += 1
         stats.record_event(
             stats.EventKind.RERECORD,
@@ -312,7 +310,7 @@ class GraphedCallable:
         )
         if len(variants) >= config.static_input_variants:
             tree.evict_variant(variants[-1])  # the least recently used
-        return self._record(tree, key, args)
+        return self._record(tree, key, args, evicted_before=seen_before)
 
     def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
         """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``,
@@ -338,7 +336,11 @@ class GraphedCallable:
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         return self.fn(args)
 
-    def _record(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
+    def _record(
+        self, tree: GraphTree, key: tuple[int, ...], args: list[Any], evicted_before: bool = False
+    ) -> Any:
+        """Capture a new node below the current one. ``evicted_before``: what it records was
+        recorded before and dropped by the bound on variants (the thrash guard counts it)."""
         path_blocks = tree.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
@@ -355,11 +357,10 @@ class GraphedCallable:
             return self.fn(args)
         if not tree.admit_capture_here():
             return self._run_eagerly(tree, args)
-        if tree.evicted[self.id, key]:  # recorded below a variant that was evicted
-            tree.evicted[self.id, key] -= 1
-            if self._evicted_recorded_again.add(tree.generations_started):
-                span = self._evicted_recorded_again.span()
-                return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
+        evicted_before = tree.take_evicted(self.id, key) or evicted_before
+        if evicted_before and self._evicted_recorded_again.add(tree.generations_started):
+            span = self._evicted_recorded_again.span()
+            return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
 
         stats.counters["records"] += 1
         static_inputs = [StaticInput.of(args, i) for i in static]

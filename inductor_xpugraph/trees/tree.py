@@ -420,11 +420,19 @@ class GraphTree:
     def evict_variant(self, node: GraphNode) -> None:
         """Drop a variant that the bound on kept variants pushes out
         (``config.static_input_variants``), noting the recordings below it that go with
-        it: recording one of those again counts toward the thrash guard
-        (``GraphedCallable._record``). The variant itself is its callable's to count, when
-        its address set comes back (``GraphedCallable._record_variant``)."""
+        it: recording one of those again counts toward the thrash guard (``take_evicted``).
+        The variant itself is its callable's to count, when its address set comes back
+        (``GraphedCallable._record_variant``)."""
         self.evicted.update((n.callable_id, n.sizes) for n in node.subtree()[1:])
         self.drop_node(node)
+
+    def take_evicted(self, callable_id: int, sizes: tuple[int, ...]) -> bool:
+        """Whether a recording of this callable for these sizes went with an evicted variant
+        and is not recorded again yet; if so, it counts as recorded again now."""
+        if not self.evicted[callable_id, sizes]:
+            return False
+        self.evicted[callable_id, sizes] -= 1
+        return True
 
     def drop_node(self, node: GraphNode) -> None:
         """Forget ``node`` and its subtree; their graph memory returns to the pool."""

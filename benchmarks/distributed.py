@@ -173,25 +173,24 @@ def tp_decode(variant: str, device: torch.device, steps: int) -> dict:
 # -- data-parallel training --------------------------------------------------------------------
 
 
-def ddp_train(variant: str, device: torch.device, steps: int) -> dict:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.manual_seed(0)
-    before = allocated(device)
+def mlp(device: torch.device) -> torch.nn.Sequential:
+    """The training workloads' model: 4 layers of 1024, GELU between."""
     layers = []
     for _ in range(4):
         layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
-    model = torch.nn.Sequential(*layers).to(device)
-    ddp = DDP(
-        compile_for(variant, model), device_ids=[device.index] if device.type == "cuda" else None
-    )
+    return torch.nn.Sequential(*layers).to(device)
+
+
+def train(step_model, model, device: torch.device, steps: int, before: int) -> dict:
+    """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), batch
+    64 per rank, each step's loss read on the host; the median step after the first three."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
     losses, times = [], []
     for _ in range(steps):
         x = torch.randn(64, 1024, device=device, generator=data)
         start = time.perf_counter()
-        loss = ddp(x).square().mean()
+        loss = step_model(x).square().mean()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -204,6 +203,18 @@ def ddp_train(variant: str, device: torch.device, steps: int) -> dict:
         "peak MiB": (peak(device) - before) / 2**20,
         "losses": losses,
     }
+
+
+def ddp_train(variant: str, device: torch.device, steps: int) -> dict:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    before = allocated(device)
+    model = mlp(device)
+    ddp = DDP(
+        compile_for(variant, model), device_ids=[device.index] if device.type == "cuda" else None
+    )
+    return train(ddp, model, device, steps, before)
 
 
 def fsdp_train(variant: str, device: torch.device, steps: int) -> dict:
@@ -214,34 +225,13 @@ def fsdp_train(variant: str, device: torch.device, steps: int) -> dict:
 
     torch.manual_seed(0)
     before = allocated(device)
-    layers = []
-    for _ in range(4):
-        layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
-    model = torch.nn.Sequential(*layers).to(device)
+    model = mlp(device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
             layer.forward = compile_for(variant, layer.forward)
     fully_shard(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
-    losses, times = [], []
-    for _ in range(steps):
-        x = torch.randn(64, 1024, device=device, generator=data)
-        start = time.perf_counter()
-        loss = model(x).square().mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        times.append(time.perf_counter() - start)
-    steady = sorted(times[3:])[len(times[3:]) // 2]
-    return {
-        "step ms": steady * 1e3,
-        "first s": times[0],
-        "peak MiB": (peak(device) - before) / 2**20,
-        "losses": losses,
-    }
+    return train(model, model, device, steps, before)
 
 
 WORKLOADS = {"tp_decode": tp_decode, "ddp_train": ddp_train, "fsdp_train": fsdp_train}

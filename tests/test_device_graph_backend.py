@@ -29,17 +29,25 @@ class ScriptedStream:
 
 
 class ScriptedGraph:
-    """torch's ``CUDAGraph`` in the order its C++ does things, failures included."""
+    """torch's ``CUDAGraph`` (and ``XPUGraph``) in the order its C++ does things, failures
+    included. The default generator enters capture mode first thing in ``capture_begin`` and
+    leaves it only when ``capture_end`` gets past ending the capture; destroying the graph
+    does not take it out."""
 
     def __init__(self, device: ScriptedDevice) -> None:
         self.device = device
         self.pool = None
         self.capture_ended = False
+        self.fail = device.fail  # this graph's capture fails; the next one's does not
+        if not device.keep_failing:
+            device.fail = None
 
-    def capture_begin(self, pool) -> None:
+    def capture_begin(self, pool=None, capture_error_mode=None) -> None:
+        self.device.generator_capturing = True  # register_graph + capture_prologue
+        pool = object() if pool is None else pool  # a private pool of its own
         self.device.begin_allocate_to_pool(pool)
         self.pool = pool
-        if self.device.fail == "begin":  # cudaStreamBeginCapture failed
+        if self.fail == "begin":  # cudaStreamBeginCapture failed
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
         self.device.capturing_on = self.device.current
         self.device.log.append(f"capture begins on {self.device.current.name}")
@@ -47,11 +55,12 @@ class ScriptedGraph:
     def capture_end(self) -> None:
         self.device.capturing_on = None
         self.device.log.append("capture ends")
-        if self.device.fail == "end":  # cudaStreamEndCapture failed: nothing below ran
+        if self.fail == "end":  # cudaStreamEndCapture failed: nothing below ran
             raise RuntimeError("operation failed due to a previous error during capture")
         self.device.end_allocate_to_pool(0, self.pool)
         self.capture_ended = True
-        if self.device.fail == "instantiate":  # after the capture ended
+        self.device.generator_capturing = False  # capture_epilogue
+        if self.fail == "instantiate":  # after the capture ended
             raise RuntimeError("CUDA error: out of memory")
 
     def __del__(self) -> None:  # CUDAGraph::reset
@@ -67,7 +76,9 @@ class ScriptedDevice:
         self.log: list[str] = []
         self.current = ScriptedStream(self, "caller")
         self.capturing_on: ScriptedStream | None = None
-        self.fail: str | None = None  # "begin", "end" or "instantiate"
+        self.fail: str | None = None  # the next capture fails: "begin", "end", "instantiate"
+        self.keep_failing = False  # ... and every capture after it
+        self.generator_capturing = False  # the default generator's capture mode
         self.streams = 0
         # The caching allocator's view of private pools: which one a capture routes its
         # allocations into, and how many holds each pool has (it is freed at 0).
@@ -119,6 +130,11 @@ class ScriptedDevice:
 
     def is_current_stream_capturing(self) -> bool:
         return self.capturing_on is self.current
+
+    def random_op(self) -> None:
+        """What ``CUDAGeneratorState::increase`` checks before a random op runs."""
+        if self.generator_capturing and not self.is_current_stream_capturing():
+            raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
 
 
 @pytest.fixture
@@ -180,14 +196,43 @@ def test_a_capture_waits_for_its_own_streams_and_never_for_the_device(backend, d
     ]
 
 
-def test_a_capture_whose_end_failed_is_not_kept_alive_by_its_error(backend, device):
+@pytest.mark.parametrize(
+    "failure, error",
+    [("begin", "not permitted"), ("end", "previous error"), ("instantiate", "out of memory")],
+)
+def test_random_ops_work_after_a_failed_capture(backend, device, failure, error):
+    """On the H100 (torch 2.11), a capture another thread broke left the generator in capture
+    mode, and every later random op in the process raised."""
+    pool = backend.new_pool()
+    device.fail = failure
+    with pytest.raises(RuntimeError, match=error):
+        backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
+    device.random_op()
+    assert device.current.name == "caller" and device.capturing_on is None
+
+
+def test_random_ops_work_after_a_capture_broken_by_its_own_code(backend, device):
     pool = backend.new_pool()
     device.fail = "end"
-    with pytest.raises(RuntimeError, match="previous error during capture") as kept:
+
+    def synchronizes(args):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted"):
+        backend.capture(synchronizes, [], pool, lambda args: None)
+    device.random_op()
+
+
+def test_a_generator_left_in_capture_mode_is_logged_as_an_error(backend, device, caplog):
+    """When even an empty capture fails, the capture's own error is raised and the log says
+    that random ops may raise from now on."""
+    pool = backend.new_pool()
+    device.fail, device.keep_failing = "end", True
+    with pytest.raises(RuntimeError, match="previous error during capture"):
         backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
-    assert kept.value.__traceback__ is not None  # the caller still holds the error...
-    assert backend.graphs[-1]() is None  # ...but not the graph: torch frees its state then
-    assert device.current.name == "caller" and device.capturing_on is None
+    assert "random number generator may still be in capture mode" in caplog.text
+    with pytest.raises(RuntimeError, match="Offset increment"):
+        device.random_op()
 
 
 @pytest.mark.parametrize(
@@ -203,7 +248,6 @@ def test_a_failed_capture_leaves_the_pool_held_by_its_keeper_only(backend, devic
     with pytest.raises(RuntimeError, match=error):  # torch's own error, nothing of ours
         backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
     assert device.routing == [] and device.holds[pool.handle] == 1
-    device.fail = None
     graph, _ = backend.capture(run_on_current_stream(device, "code"), [], pool, lambda a: None)
     assert device.routing == [] and device.holds[pool.handle] == 2
 

@@ -36,7 +36,6 @@ never gets a workspace that only graphed code needed.
 from __future__ import annotations
 
 import enum
-import warnings
 
 import torch
 
@@ -57,39 +56,27 @@ def _allocate_blas_workspaces(stream: torch.cuda.Stream, device_index: int) -> N
         torch.addmm(square[0], square, square)
 
 
-def _release_graph_captured_on(stream: torch.cuda.Stream, device_index: int) -> None:
-    """Capture an empty graph on ``stream`` and destroy it: what a release of one of our
-    graphs does to the stream's workspaces, without releasing any of them."""
-    graph = torch.cuda.CUDAGraph()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "the graph is empty"
-        with torch.cuda.device(device_index), torch.cuda.stream(stream):
-            graph.capture_begin(capture_error_mode="thread_local")
-            graph.capture_end()
-    del graph
-
-
-def _graph_release_frees_workspaces(stream: torch.cuda.Stream, device_index: int) -> bool:
+def _graph_release_frees_workspaces(backend: CudaGraphBackend) -> bool:
     """True when destroying a graph frees its capture stream's cuBLAS workspaces."""
-    _allocate_blas_workspaces(stream, device_index)
-    stream.synchronize()  # not the device: another thread may be capturing
-    held = torch.cuda.memory_allocated(device_index)
-    _release_graph_captured_on(stream, device_index)
+    _allocate_blas_workspaces(backend.capture_stream, backend.device_index)
+    backend.capture_stream.synchronize()  # not the device: another thread may be capturing
+    held = torch.cuda.memory_allocated(backend.device_index)
+    backend.release_capture_stream_workspaces()
     # A workspace is at least 1 MiB (cuBLASLt's); smaller changes are other threads' work.
-    return held - torch.cuda.memory_allocated(device_index) >= 2**20
+    return held - torch.cuda.memory_allocated(backend.device_index) >= 2**20
 
 
 _workspace_policies: dict[int, WorkspacePolicy] = {}
 
 
-def _workspace_policy(stream: torch.cuda.Stream, device_index: int) -> WorkspacePolicy:
-    """This torch's policy for ``device_index``, found out on its first backend."""
-    if device_index not in _workspace_policies:
-        frees = _graph_release_frees_workspaces(stream, device_index)
-        _workspace_policies[device_index] = (
+def _workspace_policy(backend: CudaGraphBackend) -> WorkspacePolicy:
+    """This torch's policy for the backend's device, found out on its first backend."""
+    if backend.device_index not in _workspace_policies:
+        frees = _graph_release_frees_workspaces(backend)
+        _workspace_policies[backend.device_index] = (
             WorkspacePolicy.FREE_AS_INTERMEDIATE if frees else WorkspacePolicy.KEEP_OUTSIDE_POOL
         )
-    return _workspace_policies[device_index]
+    return _workspace_policies[backend.device_index]
 
 
 class CudaGraphBackend(DeviceGraphBackend):
@@ -103,16 +90,22 @@ class CudaGraphBackend(DeviceGraphBackend):
 
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)
-        self.workspace_policy = _workspace_policy(self.capture_stream, device_index)
+        self.workspace_policy = _workspace_policy(self)
 
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
+
+    def release_capture_stream_workspaces(self) -> None:
+        """Capture an empty graph on the capture stream and destroy it: what a release of
+        one of our graphs does to the stream's workspaces, without releasing any of them."""
+        graph = self.capture_empty_graph()
+        del graph
 
     def prepare_capture_stream(self):
         if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
             _allocate_blas_workspaces(self.capture_stream, self.device_index)
         else:  # workspaces a warmup allocated outside the pool go; the capture's own come
-            _release_graph_captured_on(self.capture_stream, self.device_index)
+            self.release_capture_stream_workspaces()
 
     def capture(self, fn, args, pool, place_inputs):
         if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
@@ -120,7 +113,7 @@ class CudaGraphBackend(DeviceGraphBackend):
         try:
             return super().capture(fn, args, pool, place_inputs)
         finally:  # (a failed capture's graph is destroyed, which frees them as well)
-            _release_graph_captured_on(self.capture_stream, self.device_index)
+            self.release_capture_stream_workspaces()
 
     def checkpoint_pool(self, pool):
         return torch._C._cuda_getCheckpointState(self.device_index, pool.handle)

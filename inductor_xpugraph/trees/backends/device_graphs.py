@@ -9,14 +9,16 @@ module plugged in; the tree runtime never sees which one it talks to.
 from __future__ import annotations
 
 import gc
+import logging
 import threading
-import traceback
 import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
 from .base import GraphBackend
+
+log = logging.getLogger("inductor_xpugraph")
 
 
 class DevicePool(NamedTuple):
@@ -68,15 +70,22 @@ class DeviceGraphBackend(GraphBackend):
         entered capture mode, which poisoned the process. Upstream's trees keep theirs alive
         the same way. The pool and its memory go when the tree lets go of the ``DevicePool``.
         """
+        handle = self.device_module.graph_pool_handle()
+        return DevicePool(handle, keeper=self.capture_empty_graph(pool_handle=handle))
+
+    def capture_empty_graph(self, pool_handle: Any = None) -> Any:
+        """Capture nothing on the capture stream (into ``pool_handle``, else a pool of its own)
+        and return the graph. Besides keeping a pool alive, a capture that succeeds takes the
+        device's random number generator into capture mode and out of it again."""
         module = self.device_module
-        handle = module.graph_pool_handle()
-        keeper = self.new_graph()
+        graph = self.new_graph()
+        pool = {} if pool_handle is None else {"pool": pool_handle}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "the graph is empty"
             with module.device(self.device_index), module.stream(self.capture_stream):
-                keeper.capture_begin(pool=handle, **self.capture_begin_kwargs)
-                keeper.capture_end()
-        return DevicePool(handle, keeper)
+                graph.capture_begin(**pool, **self.capture_begin_kwargs)
+                graph.capture_end()
+        return graph
 
     def capture(
         self,
@@ -100,7 +109,6 @@ class DeviceGraphBackend(GraphBackend):
         # which is not permitted while a stream captures and would invalidate this capture.
         gc_was_enabled = gc.isenabled()
         gc.disable()
-        code_raised = False
         try:
             with module.device(self.device_index), module.stream(self.capture_stream):
                 self._begin_capture(graph, pool)
@@ -108,22 +116,11 @@ class DeviceGraphBackend(GraphBackend):
                     place_inputs(args)
                     outputs = fn(args)
                 except BaseException:
-                    code_raised = True
                     self._end_capture(graph, pool, after_error=True)
                     raise
                 self._end_capture(graph, pool)
-        except BaseException as error:
-            # The caller may keep the error, and a traceback keeps the locals of every frame
-            # it passes through. The failed graph must not live on there: when capture_end()
-            # itself failed (a capture another thread broke), torch's CUDAGraph takes its
-            # capture state off the RNG generators only when the graph is destroyed; while
-            # it lives, random ops on the device may raise "Offset increment outside graph
-            # capture". So this frame lets go of it, and when capture_begin or capture_end
-            # raised, the frames below (ours and torch's Python wrappers, whose ``self`` is
-            # the graph) are cleared. The captured code's own frames are left as they are.
-            del graph
-            if not code_raised:
-                traceback.clear_frames(error.__traceback__.tb_next)
+        except BaseException:
+            del graph  # a failed graph holds nothing the caller needs
             raise
         finally:
             if gc_was_enabled:
@@ -135,7 +132,7 @@ class DeviceGraphBackend(GraphBackend):
         try:
             graph.capture_begin(pool=pool.handle, **self.capture_begin_kwargs)
         except BaseException:
-            self._undo_pool_routing(pool)
+            self._recover_from_failed_capture(pool)
             raise
 
     def _end_capture(self, graph: Any, pool: DevicePool, after_error: bool = False) -> None:
@@ -147,9 +144,34 @@ class DeviceGraphBackend(GraphBackend):
         try:
             graph.capture_end()
         except BaseException:
-            self._undo_pool_routing(pool)
+            self._recover_from_failed_capture(pool)
             if not after_error:
                 raise
+
+    def _recover_from_failed_capture(self, pool: DevicePool) -> None:
+        """After ``capture_begin`` or ``capture_end`` raised, undo what torch left in capture
+        mode: the allocator's routing into the pool (``_undo_pool_routing``) and the random
+        number generator.
+
+        The graph class puts the device's default generator into capture mode at the start
+        of ``capture_begin`` and takes it out only when ``capture_end`` succeeds; nothing else
+        does, not even destroying the graph. A generator left there makes every later random
+        op on the device raise "Offset increment outside graph capture encountered
+        unexpectedly" (on the H100, torch 2.11: a capture another thread broke poisoned the
+        process). A capture that succeeds takes it out again, so one of an empty graph runs.
+        """
+        self._undo_pool_routing(pool)
+        try:
+            self.capture_empty_graph()
+        except Exception as repair_error:  # the capture's own error stays the one raised
+            log.error(
+                "after a failed capture, the %s random number generator may still be in "
+                "capture mode (an empty capture to take it out failed: %r); random ops on %s "
+                "may raise until the process restarts",
+                self.device,
+                repair_error,
+                self.device,
+            )
 
     def _undo_pool_routing(self, pool: DevicePool) -> None:
         """After ``capture_begin`` or ``capture_end`` raised: what torch left undone.

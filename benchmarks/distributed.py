@@ -1,9 +1,11 @@
 """Graphs with collectives inside, on two ranks: a tensor-parallel decode step and DDP training.
 
-    PYTHONPATH=. python3 benchmarks/distributed.py [--device cuda|cpu] [--steps 200]
+    PYTHONPATH=. python3 benchmarks/distributed.py [--device cuda|cpu] [--steps 200] [--runs 3]
 
 runs every variant in its own ``torchrun --nproc-per-node 2`` launch (one process group per
-variant) and prints one table. One variant by hand:
+variant) and prints one table. ``--runs K`` launches each variant K times, the variants
+taking turns; each cell is then the median over the launches, with their range: on the
+2 × H200 the same variant's step time moved by up to 30% between launches (session 19). One variant by hand:
 
     PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --child ours
 
@@ -40,6 +42,7 @@ import collections
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -304,6 +307,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument(
+        "--runs", type=int, default=1, help="launches per variant, the variants alternating"
+    )
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
     args = parser.parse_args()
     if args.child:
@@ -313,31 +319,50 @@ def main() -> None:
     if args.device == "cuda":
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
         describe = f"{torch.cuda.get_device_name()} x2, {describe}, NCCL {nccl}"
-    print(f"{describe}, {args.steps} steps per workload")
-    rows = {}
-    for variant in args.variants:
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-port", str(_free_port()), __file__, "--child", variant,
-            "--device", args.device, "--steps", str(args.steps), "--workloads", *args.workloads,
-        ]  # fmt: skip
-        # Each launch compiles from an empty Inductor cache: with a shared one, only the
-        # first compiled variant compiled from scratch (autotuning included), so its
-        # first-call time and peak memory were not comparable with the others'.
-        with tempfile.TemporaryDirectory(prefix="distributed-inductor-cache-") as cache:
-            environment = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-            done = subprocess.run(command, capture_output=True, text=True, env=environment)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        if done.returncode != 0 or not lines:
-            print(f"{variant}: failed (rc {done.returncode})\n{done.stderr[-3000:]}")
-            continue
-        rows[variant] = json.loads(lines[-1][len("RESULT ") :])
-    report(rows, args.workloads)
+    print(f"{describe}, {args.steps} steps per workload, {args.runs} launch(es) per variant")
+    runs: dict[str, list[dict]] = collections.defaultdict(list)
+    for _ in range(args.runs):  # variants alternate, so a slow spell of the host hits them all
+        for variant in args.variants:
+            result = launch(variant, args)
+            if result is not None:
+                runs[variant].append(result)
+    report(runs, args.workloads)
 
 
-def report(rows: dict, workloads: list[str]) -> None:
+def launch(variant: str, args: argparse.Namespace) -> dict | None:
+    """One ``torchrun`` launch of ``variant``: rank 0's results per workload, or None."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-port", str(_free_port()), __file__, "--child", variant,
+        "--device", args.device, "--steps", str(args.steps), "--workloads", *args.workloads,
+    ]  # fmt: skip
+    # Each launch compiles from an empty Inductor cache: with a shared one, only the first
+    # compiled variant compiled from scratch (autotuning included), so its first-call time
+    # and peak memory were not comparable with the others'.
+    with tempfile.TemporaryDirectory(prefix="distributed-inductor-cache-") as cache:
+        environment = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+        done = subprocess.run(command, capture_output=True, text=True, env=environment)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        print(f"{variant}: failed (rc {done.returncode})\n{done.stderr[-3000:]}")
+        return None
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def spread(values: list[float], digits: int) -> str:
+    """The median, and the range when there is more than one value."""
+    middle = f"{statistics.median(values):.{digits}f}"
+    if len(values) == 1:
+        return middle
+    return f"{middle} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def report(runs: dict[str, list[dict]], workloads: list[str]) -> None:
+    """One table per workload: each number the median over a variant's launches, with their
+    range; losses compared with eager's first launch; graph counts of the first launch."""
     for workload in workloads:
-        eager_losses = rows.get("eager", {}).get(workload, {}).get("losses")
+        eager = runs.get("eager")
+        eager_losses = eager[0][workload].get("losses") if eager else None
         print(f"\n{workload}")
         if workload == "tp_decode":
             columns = "pipelined ms/step | synchronized ms/step | 1st s | peak MiB | result"
@@ -345,9 +370,9 @@ def report(rows: dict, workloads: list[str]) -> None:
             columns = "ms/step | 1st s | peak MiB | losses equal eager's"
         print(f"| variant | {columns} | graphs: records / replays / fallbacks |")
         print("|---" * (columns.count("|") + 3) + "|")
-        for variant, results in rows.items():
-            r = results[workload]
-            graphs = r.get("graphs")
+        for variant, launches in runs.items():
+            results = [launch[workload] for launch in launches]
+            graphs = results[0].get("graphs")
             counts = (
                 f"{graphs['records']} / {graphs['replays']} / {graphs['fallbacks']}"
                 if graphs
@@ -355,21 +380,26 @@ def report(rows: dict, workloads: list[str]) -> None:
             )
             if graphs and graphs["skips"]:
                 counts += f" (skipped: {'; '.join(graphs['skips'])[:200]})"
+            first = spread([r["first s"] for r in results], 1)
+            peak = spread([r["peak MiB"] for r in results], 1)
             if workload == "tp_decode":
+                pipelined = spread([r["pipelined ms"] for r in results], 3)
+                synchronized = spread([r["synchronized ms"] for r in results], 3)
+                answers = " ".join(sorted({r["result"] for r in results}))
                 print(
-                    f"| {variant} | {r['pipelined ms']:.3f} | {r['synchronized ms']:.3f} | "
-                    f"{r['first s']:.1f} | {r['peak MiB']:.1f} | {r['result']} | {counts} |"
+                    f"| {variant} | {pipelined} | {synchronized} | {first} | {peak} | "
+                    f"{answers} | {counts} |"
                 )
             else:
                 if eager_losses is None:
                     same = "-"
                 else:
-                    worst = max(abs(a - b) for a, b in zip(r["losses"], eager_losses))
+                    worst = max(
+                        abs(a - b) for r in results for a, b in zip(r["losses"], eager_losses)
+                    )
                     same = "yes" if worst == 0 else f"max difference {worst:.1e}"
-                print(
-                    f"| {variant} | {r['step ms']:.3f} | {r['first s']:.1f} | "
-                    f"{r['peak MiB']:.1f} | {same} | {counts} |"
-                )
+                step = spread([r["step ms"] for r in results], 3)
+                print(f"| {variant} | {step} | {first} | {peak} | {same} | {counts} |")
 
 
 if __name__ == "__main__":

@@ -229,6 +229,13 @@ class Recording:
 
     # -- output objects (see the module docstring) -------------------------------------------
 
+    def memory_referenced(self) -> bool:
+        """Whether anything outside the runtime still reaches this recording's outputs: an
+        output object held, or their memory referenced otherwise (views, saved tensors)."""
+        return bool(self.held_positions()) or not all(
+            block.storage_unreferenced() for block in self.blocks
+        )
+
     def held_positions(self) -> list[int]:
         """Positions whose output object someone other than this recording holds."""
         held = _held_positions(self._output_objects, self._reused_positions)

@@ -32,6 +32,18 @@ too). Calls that bypass torch.compile (loaded artifacts) never move that counter
 a callable met again on the current path starts the new generation
 (``restart_if_repeated``).
 
+Note [A backward that can no longer run]
+----------------------------------------
+"A backward is pending" holds only while it can still run and read what its forward left:
+while some output of the generation's forwards is held, or its memory is referenced
+otherwise (the activations autograd saved, a loss's graph keeping them). A forward called
+in training mode whose results the caller drops (an evaluation loop without
+``torch.no_grad()``) leaves nothing a backward could read; before this rule, every such
+call recorded a new graph below the last one, without end. The recording must first stop
+holding its own outputs that carry autograd history (``find_outputs_autograd_took``), or
+it would keep the autograd graph alive itself. When a backward can still run, a forward
+met again is recorded below the last one, as upstream's trees do, and the log says so once.
+
 Note [Retiring held outputs]
 ----------------------------
 When a generation ends, the graph memory it handed out is about to be overwritten by the
@@ -155,6 +167,8 @@ class GraphTree:
         self.evicted: collections.Counter[tuple[int | None, tuple[int, ...]]] = (
             collections.Counter()
         )
+        # Forward callables the log told that they ran again before a pending backward.
+        self.warned_forward_again: set[int] = set()
         # Captures since the last summary line (``_log_captures``): how many, and seconds.
         self.captures_unlogged = 0
         self.capture_seconds_unlogged = 0.0
@@ -177,27 +191,59 @@ class GraphTree:
         backward of that iteration already ran (two forwards, then their two backwards).
         ``args``, ``passed_back``: see ``start_generation``.
         """
-        if MarkStepBox.mark_step_counter or not (self.pending_backward or backward):
+        if MarkStepBox.mark_step_counter or not (backward or self.backward_pending()):
             self.start_generation(args, passed_back)
 
+    def backward_pending(self) -> bool:
+        """Whether a forward of this generation may still have its backward run, so that
+        the generation cannot end yet: Note [A backward that can no longer run].
+
+        Only while something it produced is still referenced: a held output, or graph
+        memory that autograd saved for the backward. Once nothing is, no backward can read
+        what the forward left, and the flag is dropped."""
+        if not self.pending_backward:
+            return False
+        forwards = [node.recording for node in self.replayed_nodes if node.phase is Phase.FORWARD]
+        for recording in forwards:
+            # The recording itself must not keep the autograd graph alive: outputs with
+            # history are held weakly from now on, as after any generation.
+            if not recording.autograd_outputs_found:
+                recording.find_outputs_autograd_took()
+        forwards_referenced = any(recording.memory_referenced() for recording in forwards) or any(
+            producer.phase is Phase.FORWARD and any(ref() is not None for ref in refs)
+            for producer, refs in self.eager_outputs
+        )
+        self.pending_backward = forwards_referenced
+        return forwards_referenced
+
     def restart_if_repeated(
-        self, callable_id: int, args: list[Any], passed_back: Sequence[int]
+        self, identity: CallableIdentity, args: list[Any], passed_back: Sequence[int]
     ) -> bool:
         """A callable met again on the current path starts a new generation, when allowed.
 
         Calls that do not go through ``torch.compile`` (a loaded standalone/AOT artifact, the
         generated module run directly) never move the invocation counter; without this rule
         each call of such a loop would record a new node below the previous one. Not applied
-        while a backward is pending, once the user drives generations with mark_step_begin, or
-        to backward callables (a second backward through one forward is not a new iteration).
+        once the user drives generations with mark_step_begin, to backward callables (a second
+        backward through one forward is not a new iteration), or while a backward is pending:
+        then the call records below the last one, and the log says so once per callable.
         """
-        if MarkStepBox.mark_step_counter or self.pending_backward:
+        if MarkStepBox.mark_step_counter:
             return False
         node = self.current
-        while node.callable_id != callable_id:
+        while node.callable_id != identity.id:
             if node.parent is None:  # reached the root: not on the path
                 return False
             node = node.parent
+        if self.backward_pending():
+            if identity.id not in self.warned_forward_again:
+                self.warned_forward_again.add(identity.id)
+                log.warning(
+                    messages.FORWARD_AGAIN_BEFORE_BACKWARD,
+                    identity.name,
+                    identity.source or "source line unknown",
+                )
+            return False
         self.start_generation(args, passed_back)
         return True
 

@@ -66,3 +66,14 @@ def test_training_through_a_graph_break(impl):
         for grad, p in zip(grads, (*first.parameters(), *second.parameters())):
             torch.testing.assert_close(grad, p.grad)
             p.grad = None
+
+
+def test_a_graph_fed_an_eager_copy_of_an_output_it_was_recorded_on_reads_the_copy(impl):
+    """Upstream's test_tensor_no_longer_in_pool: ``goo`` was recorded on ``foo``'s output
+    (graph memory, not copied); later it gets a clone of that output instead."""
+    foo = impl.compile(lambda x: x + 1)
+    goo = impl.compile(lambda x: x * 2)
+    for feed in (lambda y: y,) * 3 + (torch.clone,) * 3 + (lambda y: y,) * 2:
+        impl.mark_step()
+        x = torch.rand(2, 3, device=impl.device)
+        torch.testing.assert_close(goo(feed(foo(x))), (x + 1) * 2)

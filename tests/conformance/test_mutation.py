@@ -100,3 +100,23 @@ def test_index_put_into_a_buffer_is_captured(impl):
         value = torch.randn(1, 4, device=impl.device)
         torch.testing.assert_close(compiled(position, value), reference(position, value))
     torch.testing.assert_close(module.slots, reference.slots)
+
+
+def test_a_plain_tensor_attribute_mutated_in_forward_keeps_eager_values(impl):
+    """Upstream's test_tensor_constant_mutation: a tensor attribute that is not a buffer."""
+
+    class Accumulator(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = torch.zeros(2, 3, device=impl.device)
+
+        def forward(self, x):
+            self.total += 1
+            return x + self.total
+
+    model, reference = Accumulator(), Accumulator()
+    compiled = impl.compile(model)
+    for _ in range(5):
+        x = torch.rand(2, 3, device=impl.device)
+        torch.testing.assert_close(compiled(x), reference(x))
+    torch.testing.assert_close(model.total, reference.total)

@@ -1,5 +1,7 @@
 """Re-records: parameters that move, new module instances, and the limit."""
 
+import copy
+
 import torch
 
 
@@ -125,3 +127,50 @@ def test_code_loaded_from_the_compile_cache_records_and_replays(impl):
     for _ in range(3):
         torch.testing.assert_close(compiled(x), fn(x))
     assert impl.counts().records == records + 1
+
+
+def test_a_parameter_swapped_after_a_graph_break_and_back_replays_its_recording(impl):
+    """Upstream's test_multi_dispatch_child_node: only the graph after the break reads the
+    parameter. Each parameter gets its recording, and swapping back records nothing."""
+
+    def fn(x, p):
+        y = x * x
+        torch._dynamo.graph_break()
+        return y * p
+
+    compiled = impl.compile(fn)
+    x = torch.rand(2, 2, device=impl.device)
+    p1, p2 = (torch.nn.Parameter(torch.rand(2, 2, device=impl.device)) for _ in range(2))
+
+    def train_step(p):
+        out = compiled(x, p)
+        torch.testing.assert_close(out, x * x * p)
+        out.sum().backward()
+        torch.testing.assert_close(p.grad, x * x)
+        p.grad = None
+
+    for p in (p1,) * 3 + (p2,) * 3 + (p1,) * 2:
+        train_step(p)
+    records = impl.counts().records
+    for p in (p2, p1, p2, p1):
+        train_step(p)
+    assert impl.counts().records == records
+
+
+def test_a_replaced_buffer_and_the_restored_one_give_eager_values(impl):
+    """Upstream's test_multi_dispatch_builtin_module_buffers: a BatchNorm's running mean is
+    replaced by another tensor, then the original is put back."""
+    torch.manual_seed(0)
+    model = torch.nn.BatchNorm1d(4).to(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    originals = {id(m): m.running_mean for m in (model, reference)}
+    replacement = torch.rand(4, device=impl.device)
+    for phase in ("original", "replaced", "restored"):
+        for m in (model, reference):
+            m.running_mean = replacement.clone() if phase == "replaced" else originals[id(m)]
+        for _ in range(3):
+            x = torch.randn(8, 4, device=impl.device)
+            torch.testing.assert_close(compiled(x), reference(x))
+            torch.testing.assert_close(model.running_mean, reference.running_mean)
+    assert model.running_mean is originals[id(model)]

@@ -1,0 +1,53 @@
+"""Forwards in training mode whose backward may never run (Note [A backward that can no
+longer run] in ``trees/tree.py``): an evaluation loop without ``torch.no_grad()`` replays
+one graph, and forwards kept for a later backward record below each other, as upstream's
+trees do, with one log line. Runs on the CPU emulator everywhere and on cuda (both memory
+strategies) with ``-m gpu``."""
+
+import copy
+import logging
+
+import torch
+
+import inductor_xpugraph
+
+
+def batch_norm_mlp(device):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.GELU(), torch.nn.Linear(32, 4)
+    ).to(device)
+
+
+def test_a_training_mode_forward_whose_results_are_dropped_replays_one_graph(device):
+    model = batch_norm_mlp(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(20):
+        x = torch.randn(8, 16, device=device)
+        torch.testing.assert_close(compiled(x), reference(x))  # result dropped, no backward
+    torch.testing.assert_close(model[1].running_mean, reference[1].running_mean)
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"]) == (1, 18), stats
+
+
+def test_a_forward_run_again_before_its_pending_backward_is_recorded_below_and_logged(
+    device, caplog
+):
+    """Losses kept for one backward over all of them: each forward keeps its own memory,
+    and the gradients are eager's."""
+    model = batch_norm_mlp(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(3):  # warm up and record the single-forward step
+        x = torch.randn(8, 16, device=device)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+        batches = [torch.randn(8, 16, device=device) for _ in range(4)]
+        sum(compiled(x).square().mean() for x in batches).backward()
+        sum(reference(x).square().mean() for x in batches).backward()
+    for ours, eager in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, eager.grad)
+    lines = [r.getMessage() for r in caplog.records if "ran again before the backward" in r.message]
+    assert len(lines) == 1, lines

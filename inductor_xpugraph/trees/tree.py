@@ -191,16 +191,17 @@ class GraphTree:
         backward of that iteration already ran (two forwards, then their two backwards).
         ``args``, ``passed_back``: see ``start_generation``.
         """
-        if MarkStepBox.mark_step_counter or not (backward or self.backward_pending()):
+        if MarkStepBox.mark_step_counter or not (backward or self.refresh_pending_backward()):
             self.start_generation(args, passed_back)
 
-    def backward_pending(self) -> bool:
-        """Whether a forward of this generation may still have its backward run, so that
-        the generation cannot end yet: Note [A backward that can no longer run].
+    def refresh_pending_backward(self) -> bool:
+        """``pending_backward``, brought up to date and returned: whether a forward of this
+        generation may still have its backward run, so that the generation cannot end yet
+        (Note [A backward that can no longer run]).
 
-        Only while something it produced is still referenced: a held output, or graph
-        memory that autograd saved for the backward. Once nothing is, no backward can read
-        what the forward left, and the flag is dropped."""
+        It stays set only while something the forwards produced is still referenced: a held
+        output, or graph memory that autograd saved for the backward. Once nothing is, no
+        backward can read what they left, and it is dropped."""
         if not self.pending_backward:
             return False
         forwards = [node.recording for node in self.replayed_nodes if node.phase is Phase.FORWARD]
@@ -235,7 +236,7 @@ class GraphTree:
             if node.parent is None:  # reached the root: not on the path
                 return False
             node = node.parent
-        if self.backward_pending():
+        if self.refresh_pending_backward():
             if identity.id not in self.warned_forward_again:
                 self.warned_forward_again.add(identity.id)
                 log.warning(

@@ -1,11 +1,10 @@
 """Forwards in training mode whose backward may never run (Note [A backward that can no
 longer run] in ``trees/tree.py``): an evaluation loop without ``torch.no_grad()`` replays
 one graph, and forwards kept for a later backward record below each other, as upstream's
-trees do, with one log line. Runs on the CPU emulator everywhere and on cuda (both memory
+trees do. Runs on the CPU emulator everywhere and on cuda (both memory
 strategies) with ``-m gpu``."""
 
 import copy
-import logging
 
 import torch
 
@@ -31,11 +30,9 @@ def test_a_training_mode_forward_whose_results_are_dropped_replays_one_graph(dev
     assert (stats["records"], stats["replays"]) == (1, 18), stats
 
 
-def test_a_forward_run_again_before_its_pending_backward_is_recorded_below_and_logged(
-    device, caplog
-):
-    """Losses kept for one backward over all of them: each forward keeps its own memory,
-    and the gradients are eager's."""
+def test_forwards_whose_backwards_are_still_to_come_train_like_eager(device):
+    """Losses kept for one backward over all of them: each forward is recorded below the
+    last one, with memory of its own, and the gradients are eager's."""
     model = batch_norm_mlp(device)
     reference = copy.deepcopy(model)
     compiled = torch.compile(model, mode="reduce-overhead")
@@ -43,11 +40,10 @@ def test_a_forward_run_again_before_its_pending_backward_is_recorded_below_and_l
         x = torch.randn(8, 16, device=device)
         compiled(x).square().mean().backward()
         reference(x).square().mean().backward()
-    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+    for _ in range(3):  # record, then replay, the step of four forwards
         batches = [torch.randn(8, 16, device=device) for _ in range(4)]
         sum(compiled(x).square().mean() for x in batches).backward()
         sum(reference(x).square().mean() for x in batches).backward()
-    for ours, eager in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(ours.grad, eager.grad)
-    lines = [r.getMessage() for r in caplog.records if "ran again before the backward" in r.message]
-    assert len(lines) == 1, lines
+        for ours, eager in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.grad, eager.grad)
+    assert inductor_xpugraph.stats()["replays"] > 0

@@ -88,13 +88,6 @@ MANY_SIZES = (
     "recorded on its own and keeps its own graph and memory. Mark the sizes static, pad "
     "inputs, or set inductor_xpugraph.config.skip_dynamic_graphs=True."
 )
-FORWARD_AGAIN_BEFORE_BACKWARD = (
-    "inductor_xpugraph: %s (%s) ran again before the backward of its earlier run, whose "
-    "outputs or saved activations are still referenced; each such run is recorded below the "
-    "last one, as a new graph with memory of its own. If no backward will run, call it under "
-    "torch.no_grad() or keep nothing that was computed from its outputs (a loss, a view); if "
-    "each call is a new iteration, call inductor_xpugraph.mark_step_begin() before it."
-)
 CAPTURES_OF_A_STEP = (
     "inductor_xpugraph: %s: captured %d graph(s) in %.0f ms during the last step; graph "
     "outputs now hold %.1f MiB of the pool"

@@ -42,7 +42,8 @@ in training mode whose results the caller drops (an evaluation loop without
 call recorded a new graph below the last one, without end. The recording must first stop
 holding its own outputs that carry autograd history (``find_outputs_autograd_took``), or
 it would keep the autograd graph alive itself. When a backward can still run, a forward
-met again is recorded below the last one, as upstream's trees do, and the log says so once.
+met again is recorded below the last one, as upstream's trees do: layers that share one
+compiled graph are met again on the path in every training step, so this is no error.
 
 Note [Retiring held outputs]
 ----------------------------
@@ -167,8 +168,6 @@ class GraphTree:
         self.evicted: collections.Counter[tuple[int | None, tuple[int, ...]]] = (
             collections.Counter()
         )
-        # Forward callables the log told that they ran again before a pending backward.
-        self.warned_forward_again: set[int] = set()
         # Captures since the last summary line (``_log_captures``): how many, and seconds.
         self.captures_unlogged = 0
         self.capture_seconds_unlogged = 0.0
@@ -227,7 +226,8 @@ class GraphTree:
         each call of such a loop would record a new node below the previous one. Not applied
         once the user drives generations with mark_step_begin, to backward callables (a second
         backward through one forward is not a new iteration), or while a backward is pending:
-        then the call records below the last one, and the log says so once per callable.
+        then the call records below the last one (several layers sharing one compiled graph,
+        or a forward called again before the backward of the first).
         """
         if MarkStepBox.mark_step_counter:
             return False
@@ -237,13 +237,6 @@ class GraphTree:
                 return False
             node = node.parent
         if self.refresh_pending_backward():
-            if identity.id not in self.warned_forward_again:
-                self.warned_forward_again.add(identity.id)
-                log.warning(
-                    messages.FORWARD_AGAIN_BEFORE_BACKWARD,
-                    identity.name,
-                    identity.source or "source line unknown",
-                )
             return False
         self.start_generation(args, passed_back)
         return True

@@ -70,3 +70,18 @@ def test_a_cpu_scalar_input_beside_device_inputs_keeps_its_value(impl):
         plus, scaled = fn(x, torch.tensor(value))
         torch.testing.assert_close(plus, x + 1)
         assert scaled.item() == value * 2
+
+
+def test_autocast_does_not_cache_a_cast_of_a_graph_output(impl):
+    """Upstream's test_amp_cache_disabled: a cast autocast made of an output must not be
+    served again once that output's memory changed."""
+    compiled = impl.compile(lambda x: x + x)
+    for _ in range(3):
+        out = compiled(torch.rand(16, 16, device=impl.device, requires_grad=True))
+    other = torch.rand(16, 16, device=impl.device)
+    with torch.autocast(impl.device, dtype=torch.bfloat16):
+        before = out @ other
+        out.detach().zero_()
+        after = out @ other
+    assert not torch.equal(before, after)
+    assert torch.count_nonzero(after) == 0

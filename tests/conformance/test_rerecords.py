@@ -174,3 +174,31 @@ def test_a_replaced_buffer_and_the_restored_one_give_eager_values(impl):
             torch.testing.assert_close(compiled(x), reference(x))
             torch.testing.assert_close(model.running_mean, reference.running_mean)
     assert model.running_mean is originals[id(model)]
+
+
+def test_a_parameter_swapped_before_a_graph_break_and_back_replays_its_recordings(impl):
+    """Upstream's test_multi_dispatch_parent_node: the graph before the break reads the
+    parameter, so each parameter's recording has its own graph after the break too."""
+
+    def fn(x, p):
+        y = x * p
+        torch._dynamo.graph_break()
+        return y.sin()
+
+    compiled = impl.compile(fn)
+    x = torch.rand(2, 2, device=impl.device)
+    p1, p2 = (torch.nn.Parameter(torch.rand(2, 2, device=impl.device)) for _ in range(2))
+
+    def train_step(p):
+        out = compiled(x, p)
+        torch.testing.assert_close(out, (x * p).sin())
+        out.sum().backward()
+        torch.testing.assert_close(p.grad, x * (x * p).cos())
+        p.grad = None
+
+    for p in (p1,) * 3 + (p2,) * 3 + (p1,) * 2:
+        train_step(p)
+    records = impl.counts().records
+    for p in (p2, p1, p2, p1):
+        train_step(p)
+    assert impl.counts().records == records

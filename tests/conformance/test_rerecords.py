@@ -129,6 +129,29 @@ def test_code_loaded_from_the_compile_cache_records_and_replays(impl):
     assert impl.counts().records == records + 1
 
 
+def swap_parameters_and_back(impl, fn, gradient):
+    """Train ``fn(x, p)`` with one parameter, then another, then the first again, each
+    step's output and ``p.grad`` (``gradient(x, p)``) equal to eager's; once both have been
+    seen, swapping between them records nothing."""
+    compiled = impl.compile(fn)
+    x = torch.rand(2, 2, device=impl.device)
+    p1, p2 = (torch.nn.Parameter(torch.rand(2, 2, device=impl.device)) for _ in range(2))
+
+    def train_step(p):
+        out = compiled(x, p)
+        torch.testing.assert_close(out, fn(x, p))
+        out.sum().backward()
+        torch.testing.assert_close(p.grad, gradient(x, p))
+        p.grad = None
+
+    for p in (p1,) * 3 + (p2,) * 3 + (p1,) * 2:
+        train_step(p)
+    records = impl.counts().records
+    for p in (p2, p1, p2, p1):
+        train_step(p)
+    assert impl.counts().records == records
+
+
 def test_a_parameter_swapped_after_a_graph_break_and_back_replays_its_recording(impl):
     """Upstream's test_multi_dispatch_child_node: only the graph after the break reads the
     parameter. Each parameter gets its recording, and swapping back records nothing."""
@@ -138,23 +161,7 @@ def test_a_parameter_swapped_after_a_graph_break_and_back_replays_its_recording(
         torch._dynamo.graph_break()
         return y * p
 
-    compiled = impl.compile(fn)
-    x = torch.rand(2, 2, device=impl.device)
-    p1, p2 = (torch.nn.Parameter(torch.rand(2, 2, device=impl.device)) for _ in range(2))
-
-    def train_step(p):
-        out = compiled(x, p)
-        torch.testing.assert_close(out, x * x * p)
-        out.sum().backward()
-        torch.testing.assert_close(p.grad, x * x)
-        p.grad = None
-
-    for p in (p1,) * 3 + (p2,) * 3 + (p1,) * 2:
-        train_step(p)
-    records = impl.counts().records
-    for p in (p2, p1, p2, p1):
-        train_step(p)
-    assert impl.counts().records == records
+    swap_parameters_and_back(impl, fn, gradient=lambda x, p: x * x)
 
 
 def test_a_replaced_buffer_and_the_restored_one_give_eager_values(impl):
@@ -185,20 +192,4 @@ def test_a_parameter_swapped_before_a_graph_break_and_back_replays_its_recording
         torch._dynamo.graph_break()
         return y.sin()
 
-    compiled = impl.compile(fn)
-    x = torch.rand(2, 2, device=impl.device)
-    p1, p2 = (torch.nn.Parameter(torch.rand(2, 2, device=impl.device)) for _ in range(2))
-
-    def train_step(p):
-        out = compiled(x, p)
-        torch.testing.assert_close(out, (x * p).sin())
-        out.sum().backward()
-        torch.testing.assert_close(p.grad, x * (x * p).cos())
-        p.grad = None
-
-    for p in (p1,) * 3 + (p2,) * 3 + (p1,) * 2:
-        train_step(p)
-    records = impl.counts().records
-    for p in (p2, p1, p2, p1):
-        train_step(p)
-    assert impl.counts().records == records
+    swap_parameters_and_back(impl, fn, gradient=lambda x, p: x * (x * p).cos())

@@ -181,7 +181,7 @@ class GraphedCallable:
         if (
             node is None
             and self._may_restart_generation
-            and tree.restart_if_repeated(self.identity, args, self._positions_passed_back(args))
+            and tree.restart_if_repeated(self.id, args, self._positions_passed_back(args))
         ):
             node = tree.current.children.get((self.id, key))
         if (

@@ -217,7 +217,7 @@ class GraphTree:
         return forwards_referenced
 
     def restart_if_repeated(
-        self, identity: CallableIdentity, args: list[Any], passed_back: Sequence[int]
+        self, callable_id: int, args: list[Any], passed_back: Sequence[int]
     ) -> bool:
         """A callable met again on the current path starts a new generation, when allowed.
 
@@ -232,7 +232,7 @@ class GraphTree:
         if MarkStepBox.mark_step_counter:
             return False
         node = self.current
-        while node.callable_id != identity.id:
+        while node.callable_id != callable_id:
             if node.parent is None:  # reached the root: not on the path
                 return False
             node = node.parent

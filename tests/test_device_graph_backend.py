@@ -196,6 +196,20 @@ def test_a_capture_waits_for_its_own_streams_and_never_for_the_device(backend, d
     ]
 
 
+def test_a_pool_keeper_is_captured_between_two_waits(backend, device):
+    """Note [The capture stream waits for the caller first]: the keeper's ``capture_begin``
+    may allocate on the capture stream (torch's generator seed and offset), where a block
+    the caller's stream still reads may have just been freed."""
+    backend.new_pool()
+    assert device.log == [
+        "capture waits for caller",
+        "capture begins on capture",
+        "capture ends",
+        "caller waits for capture",
+    ]
+    assert device.current.name == "caller"
+
+
 @pytest.mark.parametrize(
     "failure, error",
     [("begin", "not permitted"), ("end", "previous error"), ("instantiate", "out of memory")],
@@ -249,8 +263,8 @@ def test_a_capture_whose_code_raised_is_ended_and_not_kept_alive_by_its_error(ba
     with pytest.raises(ValueError, match="cannot be captured") as kept:
         backend.capture(fails, [], pool, lambda args: None)
     assert kept.value.__traceback__ is not None
-    assert device.log[-1] == "capture ends" and device.capturing_on is None
-    assert backend.graphs[-1]() is None
+    assert device.log[-2:] == ["capture ends", "caller waits for capture"]
+    assert device.capturing_on is None and backend.graphs[-1]() is None
     assert device.routing == [] and device.holds[pool.handle] == 1
 
 

@@ -47,18 +47,18 @@ class WorkspacePolicy(enum.Enum):
     FREE_AS_INTERMEDIATE = "free the capture stream's workspaces after each capture"
 
 
-def _allocate_blas_workspaces(stream: torch.cuda.Stream, device_index: int) -> None:
-    """Give this thread's cuBLAS and cuBLASLt handles their workspaces for ``stream``, now
-    (they allocate nothing once they exist)."""
-    with torch.cuda.device(device_index), torch.cuda.stream(stream):
-        square = torch.ones(2, 2, device=f"cuda:{device_index}")
+def _allocate_blas_workspaces(backend: CudaGraphBackend) -> None:
+    """Give this thread's cuBLAS and cuBLASLt handles their workspaces for the capture stream,
+    now (they allocate nothing once they exist)."""
+    with backend.on_capture_stream():
+        square = torch.ones(2, 2, device=f"cuda:{backend.device_index}")
         torch.mm(square, square)
         torch.addmm(square[0], square, square)
 
 
 def _graph_release_frees_workspaces(backend: CudaGraphBackend) -> bool:
     """True when destroying a graph frees its capture stream's cuBLAS workspaces."""
-    _allocate_blas_workspaces(backend.capture_stream, backend.device_index)
+    _allocate_blas_workspaces(backend)
     backend.capture_stream.synchronize()  # not the device: another thread may be capturing
     held = torch.cuda.memory_allocated(backend.device_index)
     backend.release_capture_stream_workspaces()
@@ -103,7 +103,7 @@ class CudaGraphBackend(DeviceGraphBackend):
 
     def prepare_capture_stream(self):
         if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
-            _allocate_blas_workspaces(self.capture_stream, self.device_index)
+            _allocate_blas_workspaces(self)
         else:  # workspaces a warmup allocated outside the pool go; the capture's own come
             self.release_capture_stream_workspaces()
 

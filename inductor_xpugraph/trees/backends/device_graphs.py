@@ -4,15 +4,32 @@ Both device modules expose the same shape of API: a graph class with
 ``capture_begin(pool=...)``/``capture_end()``/``replay()``, ``graph_pool_handle()``, streams,
 ``is_current_stream_capturing()``. The xpu and cuda backends are this class with their device
 module plugged in; the tree runtime never sees which one it talks to.
+
+Note [The capture stream waits for the caller first]
+----------------------------------------------------
+Warmups, captures and the empty captures that keep pools alive run on a capture stream of
+our own, while the caller's stream reads what they leave (warmup outputs) and the graphs
+replay there. The caching allocator hands a block freed on the capture stream to the next
+allocation on that stream at once, with no regard for reads the caller's stream still has
+queued. Torch itself allocates there: ``capture_begin`` of the first graph of a process (or
+after all were destroyed) allocates the random generator's seed and offset tensors on the
+current stream and fills them. Found on an H200: ``state = step(state)`` cloned its warmup
+output on the caller's stream, retiring freed it, and a new pool's keeper capture put the
+generator's seed there and filled it before the clone ran (elements 0 and 1 wrong in 10-60%
+of fresh runs). So every use of the capture stream (``on_capture_stream``) first makes it
+wait for the caller's stream, then makes the caller's stream wait for it: whatever the
+caller queued on memory the capture stream may reuse is done first, and whatever the capture
+stream wrote is done before the caller reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -77,15 +94,28 @@ class DeviceGraphBackend(GraphBackend):
         """Capture nothing on the capture stream (into ``pool_handle``, else a pool of its own)
         and return the graph. Besides keeping a pool alive, a capture that succeeds takes the
         device's random number generator into capture mode and out of it again."""
-        module = self.device_module
         graph = self.new_graph()
         pool = {} if pool_handle is None else {"pool": pool_handle}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "the graph is empty"
-            with module.device(self.device_index), module.stream(self.capture_stream):
+            with self.on_capture_stream():
                 graph.capture_begin(**pool, **self.capture_begin_kwargs)
                 graph.capture_end()
         return graph
+
+    @contextlib.contextmanager
+    def on_capture_stream(self) -> Iterator[None]:
+        """Run the block on the capture stream, after everything the caller's stream has
+        queued; the caller's stream then waits for the block's work. Every use of the capture
+        stream goes through here (Note [The capture stream waits for the caller first])."""
+        caller_stream = self.device_module.current_stream(self.device_index)
+        self.capture_stream.wait_stream(caller_stream)
+        try:
+            with self.device_module.device(self.device_index):
+                with self.device_module.stream(self.capture_stream):
+                    yield
+        finally:
+            caller_stream.wait_stream(self.capture_stream)
 
     def capture(
         self,
@@ -94,23 +124,20 @@ class DeviceGraphBackend(GraphBackend):
         pool: Any,
         place_inputs: Callable[[list[Any]], None],
     ) -> tuple[Any, Any]:
-        module = self.device_module
         graph = self.new_graph()
-        # Work queued before the capture (warmup runs, input copies) must be complete and
-        # visible to the capture stream. Only this thread's two streams are waited for, never
-        # the device: another thread may be capturing, and a device-wide synchronization
-        # would break its capture ("operation not permitted when stream is capturing").
-        caller_stream = module.current_stream(self.device_index)
-        caller_stream.synchronize()
+        # Work queued before the capture (warmup runs, input copies) must be complete. Only
+        # this thread's two streams are waited for, never the device: another thread may be
+        # capturing, and a device-wide synchronization would break its capture ("operation
+        # not permitted when stream is capturing").
+        self.device_module.current_stream(self.device_index).synchronize()
         self.capture_stream.synchronize()
-        self.capture_stream.wait_stream(caller_stream)
         self.prepare_capture_stream()
         # No cycle collection during the capture: it could destroy some unrelated graph,
         # which is not permitted while a stream captures and would invalidate this capture.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            with module.device(self.device_index), module.stream(self.capture_stream):
+            with self.on_capture_stream():
                 self._begin_capture(graph, pool)
                 try:
                     place_inputs(args)
@@ -125,7 +152,6 @@ class DeviceGraphBackend(GraphBackend):
         finally:
             if gc_was_enabled:
                 gc.enable()
-        caller_stream.wait_stream(self.capture_stream)
         return graph, outputs
 
     def _begin_capture(self, graph: Any, pool: DevicePool) -> None:
@@ -202,15 +228,11 @@ class DeviceGraphBackend(GraphBackend):
         an H100): warmed up on the caller's stream, graphed code would give that stream state
         that only the capture stream needs, held for the life of the process. Upstream's
         trees warm up on their capture stream too. The caller's stream waits for the run, as
-        if it had run there: its outputs, and the inputs it read, are safe to use and free.
+        if it had run there: its outputs, and the inputs it read, are safe to use and free
+        (Note [The capture stream waits for the caller first]).
         """
-        module = self.device_module
-        caller_stream = module.current_stream(self.device_index)
-        self.capture_stream.wait_stream(caller_stream)
-        with module.device(self.device_index), module.stream(self.capture_stream):
-            outputs = fn(args)
-        caller_stream.wait_stream(self.capture_stream)
-        return outputs
+        with self.on_capture_stream():
+            return fn(args)
 
 
 _capture_streams: dict[tuple[str, int, int], Any] = {}

@@ -11,7 +11,8 @@ Two modes, the same calls:
   (``.item()``, a stop-token check, a server answering a request): the host's work before the
   launch is on the critical path.
 
-Variants, each (workload, variant) in a fresh process, ``--runs`` processes each:
+Variants, each (workload, variant) in a fresh process, ``--runs`` processes each, the
+variants alternated:
 - ``gpu_busy``: the device time of one call's kernels (profiler, Inductor's code), the floor
   of the pipelined mode;
 - ``hand_replay``: Inductor's default-mode code captured by hand in one ``torch.cuda.CUDAGraph``;
@@ -311,20 +312,28 @@ def run_child(argv: list[str]) -> dict:
     return json.loads(lines[-1])
 
 
-def measure(args, workload: str, variant: str) -> list[dict]:
+def measure(args, workload: str, variants: list[str]) -> dict[str, list[dict]]:
+    """``--runs`` rounds, each one fresh process per variant, the variants alternated so that
+    a host whose speed drifts moves every variant alike (``gpu_busy``: one process)."""
     common = ["--device", args.device, "--calls", str(args.calls), "--repeats", str(args.repeats)]
     common += ["--breakdown"] if args.breakdown else []
-    runs = []
+    runs: dict[str, list[dict]] = {variant: [] for variant in variants}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "export")
-        if variant == "ours_deploy":
+        if "ours_deploy" in variants:
             if workload not in DEPLOYABLE:
-                return [{"error": "n/a: its weights would become the export's inputs"}]
-            exported = run_child(["--export", workload, "--export-path", path, *common])
-            if "error" in exported:
-                return [exported]
-        for _ in range(1 if variant == "gpu_busy" else args.runs):
-            runs.append(run_child(["--child", workload, variant, "--export-path", path, *common]))
+                runs["ours_deploy"] = [{"error": "n/a: its weights would become inputs"}]
+            else:
+                exported = run_child(["--export", workload, "--export-path", path, *common])
+                if "error" in exported:
+                    runs["ours_deploy"] = [exported]
+        for round_ in range(args.runs):
+            for variant in variants:
+                if (variant == "gpu_busy" and round_ > 0) or "error" in (runs[variant] or [{}])[0]:
+                    continue
+                child = ["--child", workload, variant, "--export-path", path, *common]
+                runs[variant].append(run_child(child))
+                print(json.dumps({workload: {variant: runs[variant][-1]}}), flush=True)
     return runs
 
 
@@ -399,13 +408,10 @@ def main() -> None:
     variants = [v for v in args.variants if args.device == "cuda" or v not in CUDA_ONLY]
     results: dict[str, dict[str, list[dict]]] = {}
     for workload in args.workloads:
-        results[workload] = {}
-        for variant in variants:
-            results[workload][variant] = measure(args, workload, variant)
-            print(json.dumps({workload: {variant: results[workload][variant]}}), flush=True)
-            if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=2)
+        results[workload] = measure(args, workload, variants)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=2)
     report(results, args.device)
 
 

@@ -178,7 +178,9 @@ def test_a_warmup_output_passed_back_in_reads_right_after_a_fresh_pool(device):
     """Note [The capture stream waits for the caller first]: each round's record captures a
     new pool's keeper right after the warmup output was read on the caller's stream and
     freed. On an H200, before the keeper's capture stream waited for the caller's, elements
-    0 and 1 came out wrong in 10-60% of rounds."""
+    0 and 1 came out wrong in 10-60% of rounds; here the caller's stream is kept busy before
+    each call, so that its read of the output passed back in is still queued when the keeper
+    is captured (the race, held open)."""
     compiled = torch.compile(lambda x: x * 0.5 + 1, mode="reduce-overhead")
     wrong_rounds = []
     for round_ in range(30):
@@ -186,6 +188,8 @@ def test_a_warmup_output_passed_back_in_reads_right_after_a_fresh_pool(device):
         state = torch.randn(8, device=device)
         expected = state.clone()
         for _ in range(3):  # warmup, record, replay
+            if device == "cuda":
+                torch.cuda._sleep(20_000_000)  # about 10 ms of the caller's stream
             state = compiled(state)
             expected = expected * 0.5 + 1
         if not torch.allclose(state, expected):

@@ -232,3 +232,24 @@ def test_a_channels_last_convolution_trains_like_eager(impl):
         assert_same_grads(model, reference)
         clear_grads(model, reference)
     assert impl.counts().replays >= 4
+
+
+def test_a_compiled_autograd_backward_gives_eager_gradients(impl):
+    """Compiled autograd (``torch._dynamo.compiled_autograd``) traces the whole backward and
+    compiles it in the same mode: the gradients equal eager's at every step, and once warm
+    (its backward is compiled twice before it settles) a step replays the forward's and the
+    backward's graphs and records nothing."""
+    model = mlp(impl.device)
+    reference = copy.deepcopy(model)
+    compiled = impl.compile(model)
+    for step in range(6):
+        if step == 4:
+            warm = impl.counts()
+        x = torch.randn(8, 16, device=impl.device)
+        with torch._dynamo.compiled_autograd._enable(impl.compile):
+            compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        assert_same_grads(model, reference)
+        clear_grads(model, reference)
+    counts = impl.counts()
+    assert counts.records == warm.records and counts.replays >= warm.replays + 4

@@ -1,14 +1,44 @@
 """Forwards in training mode whose backward may never run (Note [A backward that can no
 longer run] in ``trees/tree.py``): an evaluation loop without ``torch.no_grad()`` replays
 one graph, and forwards kept for a later backward record below each other, as upstream's
-trees do. Runs on the CPU emulator everywhere and on cuda (both memory
-strategies) with ``-m gpu``."""
+trees do; a backward that is not captured ends the wait as a captured one does. Runs on the
+CPU emulator everywhere and on cuda (both memory strategies) with ``-m gpu``."""
 
 import copy
 
 import torch
 
 import inductor_xpugraph
+
+
+@torch.library.custom_op(
+    "inductor_xpugraph_tests::scale_uncapturable",
+    mutates_args=(),
+    tags=(torch.Tag.cudagraph_unsafe,),
+)
+def scale_uncapturable(x: torch.Tensor) -> torch.Tensor:
+    """An op graphs may not capture (``cudagraph_unsafe``): a graph that has it is skipped."""
+    return x * 2
+
+
+@scale_uncapturable.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("inductor_xpugraph_tests::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    """Doubles ``x``; its backward uses ``scale_uncapturable``: a model with it has a
+    forward graph that is captured and a backward graph that is not."""
+    return x * 2
+
+
+@scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+scale.register_autograd(lambda ctx, grad: scale_uncapturable(grad))
 
 
 def batch_norm_mlp(device):
@@ -47,3 +77,17 @@ def test_forwards_whose_backwards_are_still_to_come_train_like_eager(device):
         for ours, eager in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(ours.grad, eager.grad)
     assert inductor_xpugraph.stats()["replays"] > 0
+
+
+def test_a_forward_whose_backward_is_not_captured_replays_while_its_output_is_held(device):
+    """The caller holds the last step's output while it calls the next step (``y = f(x)``
+    in a loop). The backward runs un-graphed, and still ends its step: before
+    ``ungraphed_backward``, every step recorded the forward again below the last one."""
+    compiled = torch.compile(lambda x: scale(x) + 1, mode="reduce-overhead")
+    for _ in range(10):
+        x = torch.randn(5, 5, device=device, requires_grad=True)
+        y = compiled(x)
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"], stats["skips"]) == (1, 8, 1), stats

@@ -6,6 +6,8 @@ Generated code uses these names from here, at module load:
   callable that replaces ``call`` or ``partition_N`` (see ``graphed_callable``, ``tree``;
   with ``config.debug_checks``, ``debug_checks``);
 - ``record_skip(reason)`` counts a graph that stays un-graphed and logs why, once;
+- ``ungraphed_backward(call, device=...)``, for a backward graph that stays un-graphed: its
+  ``call``, telling the tree that a backward ran, as a graphed backward does;
 - ``PartitionlessRunner()``, where Inductor generated no ``runner`` (``graph_partition``
   off): the object whose ``partitions`` Inductor frees with the compiled graph (Note [What
   keeps a graph alive] in ``graphed_callable``).
@@ -24,7 +26,7 @@ from .debug_checks import CheckedGraphedCallable
 from .graphed_callable import GraphedCallable, PartitionlessRunner, reset_all_callables
 from .node import Phase
 from .source_lines import source_at_load
-from .tree import all_trees
+from .tree import all_trees, thread_trees
 
 
 def graphify(
@@ -58,6 +60,27 @@ def graphify(
 
 def record_skip(reason: str, graph: str | None = None, source: str | None = None) -> None:
     stats.record_skip(reason, graph=graph, source=source_at_load(source))
+
+
+def ungraphed_backward(fn: Callable[[list[Any]], Any], *, device: str) -> Callable:
+    """``fn``, the ``call`` of a backward graph that is not captured, made to tell the tree
+    that a backward ran, as a graphed backward does (``GraphedCallable``).
+
+    The forwards of a step wait for their backward before the step may end (Note [A backward
+    that can no longer run] in ``tree``). Without this, a model whose backward cannot be
+    captured (an op that cannot, say) recorded its forward again, below the last recording,
+    at every step in which the caller still held the last step's output, and never replayed.
+    Upstream's trees do the same for a backward they skip
+    (``maybe_handle_backward_generation``)."""
+
+    def run_backward(args: list[Any]) -> Any:
+        outputs = fn(args)
+        tree = thread_trees().get(device)
+        if tree is not None:
+            tree.pending_backward = False
+        return outputs
+
+    return run_backward
 
 
 def mark_step_begin() -> None:

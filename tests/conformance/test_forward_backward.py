@@ -253,3 +253,24 @@ def test_a_compiled_autograd_backward_gives_eager_gradients(impl):
         clear_grads(model, reference)
     counts = impl.counts()
     assert counts.records == warm.records and counts.replays >= warm.replays + 4
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["in_place", "out_of_place"])
+def test_a_second_backward_accumulates_into_grad_as_autograd_does(impl, create_graph):
+    """Two backwards through one compiled forward: autograd adds the second gradient into
+    ``.grad`` in place, or, under ``create_graph=True``, into a new tensor, leaving the
+    first ``.grad`` object as it was. Graphs must not change which."""
+    fn = impl.compile(lambda x: x * 3 + 2)  # a backward graph with a kernel (x + 2 has none)
+    for _ in range(4):
+        x = torch.randn(5, 5, device=impl.device, requires_grad=True)
+        grad_output = torch.ones(5, 5, device=impl.device)
+        y = fn(x)
+        y.backward(grad_output, retain_graph=True)
+        first_grad, first_values = x.grad, x.grad.clone()
+        y.backward(grad_output, create_graph=create_graph)
+        if create_graph:
+            torch.testing.assert_close(first_grad, first_values)
+        else:
+            assert x.grad is first_grad
+        torch.testing.assert_close(x.grad, first_values * 2)
+    assert impl.counts().replays >= 2

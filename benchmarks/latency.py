@@ -329,7 +329,8 @@ def measure(args, workload: str, variants: list[str]) -> dict[str, list[dict]]:
                     runs["ours_deploy"] = [exported]
         for round_ in range(args.runs):
             for variant in variants:
-                if (variant == "gpu_busy" and round_ > 0) or "error" in (runs[variant] or [{}])[0]:
+                failed_before = bool(runs[variant]) and "error" in runs[variant][0]
+                if failed_before or (variant == "gpu_busy" and round_ > 0):
                     continue
                 child = ["--child", workload, variant, "--export-path", path, *common]
                 runs[variant].append(run_child(child))

@@ -23,7 +23,12 @@ from typing import Any
 from .. import config
 from . import stats
 from .debug_checks import CheckedGraphedCallable
-from .graphed_callable import GraphedCallable, PartitionlessRunner, reset_all_callables
+from .graphed_callable import (
+    GraphedCallable,
+    PartitionlessRunner,
+    _clear_pending_backward,
+    reset_all_callables,
+)
 from .node import Phase
 from .source_lines import source_at_load
 from .tree import all_trees, thread_trees
@@ -77,7 +82,7 @@ def ungraphed_backward(fn: Callable[[list[Any]], Any], *, device: str) -> Callab
         outputs = fn(args)
         tree = thread_trees().get(device)
         if tree is not None:
-            tree.pending_backward = False
+            _clear_pending_backward(tree)
         return outputs
 
     return run_backward

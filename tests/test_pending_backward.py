@@ -91,3 +91,41 @@ def test_a_forward_whose_backward_is_not_captured_replays_while_its_output_is_he
         torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
     stats = inductor_xpugraph.stats()
     assert (stats["records"], stats["replays"], stats["skips"]) == (1, 8, 1), stats
+
+
+def test_gradient_accumulation_across_a_graph_break_replays_every_micro_batch(device):
+    """Two micro-batches per step, ``zero_grad()`` setting gradients to None: the first
+    micro-batch's gradients become ``.grad`` (referenced), the second's are added and
+    dropped. A backward recorded where an earlier gradient output was dead reused its
+    memory; where that output is alive, a recording that does not reuse it is made once,
+    and from then on every micro-batch replays."""
+
+    class TwoRegions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            torch._dynamo.graph_break()
+            return self.b(h)
+
+    torch.manual_seed(0)
+    model = TwoRegions().to(device)
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for step in range(8):
+        if step == 5:
+            warm = inductor_xpugraph.stats()
+        for _ in range(2):
+            x = torch.randn(4, 32, device=device)
+            compiled(x).square().mean().backward()
+            reference(x).square().mean().backward()
+        for ours, eager in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.grad, eager.grad)
+        model.zero_grad()
+        reference.zero_grad()
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == warm["records"], stats
+    assert stats["replays"] - warm["replays"] == 3 * 2 * 4, stats  # 3 steps, 2 micro, 4 graphs
+    assert stats["liveness_fallbacks"] == warm["liveness_fallbacks"]

@@ -232,14 +232,21 @@ class GraphedCallable:
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
         variants = tree.current.variants((self.id, key))
-        node = next((v for v in variants if v.recording.static_inputs_match(args)), None)
-        if node is not None and node is not variants[0]:  # addresses seen before came back
-            tree.current.use_variant((self.id, key), node)
-            return self._replay_variant(tree, node, args)
-        if node is not None:
-            # Recorded here, and the inputs match: memory it reuses is still referenced.
-            tree.leave_for_this_generation(node)
-            return self._run_eagerly(tree, args)
+        matching = [v for v in variants if v.recording.static_inputs_match(args)]
+        for node in matching:  # the first whose reused memory is free now
+            if not node.reused_outputs or node.try_release_reused_memory(args):
+                if node is not variants[0]:  # addresses (or liveness) seen before came back
+                    tree.current.use_variant((self.id, key), node)
+                return self._replay_variant(tree, node, args)
+        if matching:
+            # Recorded here for these addresses, but every recording reuses memory that is
+            # still referenced now: record one that does not.
+            kind, message = stats.EventKind.LIVENESS_FALLBACK, messages.LIVENESS_VARIANT
+            stats.record_event(kind, message, self.name, self.source)
+            stats.counters["liveness_fallbacks"] += 1
+            if len(variants) >= config.static_input_variants:
+                tree.evict_variant(variants[-1])
+            return self._record(tree, key, args)
         if variants:  # recorded here, but a static input has an address no recording has
             return self._record_variant(tree, variants, key, args)
         calls = self._calls_before_record.get(key, 0)
@@ -276,10 +283,8 @@ class GraphedCallable:
         return True
 
     def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
-        """Replay a recording that is not the one used last here (the fast path's work)."""
-        if node.reused_outputs and not node.try_release_reused_memory(args):
-            tree.leave_for_this_generation(node)
-            return self._run_eagerly(tree, args)
+        """Replay a recording whose reused memory was released for it (the fast path's
+        work, for a recording that is not the one used last here)."""
         outputs = node.recording.replay(args)
         tree.current = node
         tree.replayed_nodes.append(node)

@@ -75,6 +75,12 @@ def too_many_sizes_skipped() -> str:
     )
 
 
+LIVENESS_VARIANT = (
+    "captured reusing the memory of earlier outputs of its step that are still referenced "
+    "now; recorded again without reusing it (keep the same outputs alive in every step, or "
+    "clone them, and one recording serves)"
+)
+
 LIVENESS_FALLBACK = (
     "captured reusing the memory of earlier outputs of its step that are still referenced "
     "now; the rest of this step runs un-graphed (keep the same outputs alive in every step, "

@@ -93,29 +93,29 @@ def test_a_forward_whose_backward_is_not_captured_replays_while_its_output_is_he
     assert (stats["records"], stats["replays"], stats["skips"]) == (1, 8, 1), stats
 
 
-def test_gradient_accumulation_across_a_graph_break_replays_every_micro_batch(device):
-    """Two micro-batches per step, ``zero_grad()`` setting gradients to None: the first
-    micro-batch's gradients become ``.grad`` (referenced), the second's are added and
-    dropped. A backward recorded where an earlier gradient output was dead reused its
-    memory; where that output is alive, a recording that does not reuse it is made once,
-    and from then on every micro-batch replays."""
+class _TwoRegions(torch.nn.Module):
+    """Two linear layers with a graph break between them: two forwards, two backwards."""
 
-    class TwoRegions(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
 
-        def forward(self, x):
-            h = self.a(x).relu()
-            torch._dynamo.graph_break()
-            return self.b(h)
+    def forward(self, x):
+        h = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return self.b(h)
 
+
+def _accumulate_two_micro_batches(device, steps=8, warm_after=5):
+    """Train with two micro-batches per step and ``zero_grad()`` (gradients set to None),
+    checking the gradients against eager's at every step; returns the stats after
+    ``warm_after`` steps and at the end."""
     torch.manual_seed(0)
-    model = TwoRegions().to(device)
+    model = _TwoRegions().to(device)
     reference = copy.deepcopy(model)
     compiled = torch.compile(model, mode="reduce-overhead")
-    for step in range(8):
-        if step == 5:
+    for step in range(steps):
+        if step == warm_after:
             warm = inductor_xpugraph.stats()
         for _ in range(2):
             x = torch.randn(4, 32, device=device)
@@ -125,7 +125,24 @@ def test_gradient_accumulation_across_a_graph_break_replays_every_micro_batch(de
             torch.testing.assert_close(ours.grad, eager.grad)
         model.zero_grad()
         reference.zero_grad()
-    stats = inductor_xpugraph.stats()
-    assert stats["records"] == warm["records"], stats
-    assert stats["replays"] - warm["replays"] == 3 * 2 * 4, stats  # 3 steps, 2 micro, 4 graphs
-    assert stats["liveness_fallbacks"] == warm["liveness_fallbacks"]
+    return warm, inductor_xpugraph.stats()
+
+
+def test_gradient_accumulation_across_a_graph_break_replays_every_micro_batch(device):
+    """The first micro-batch's gradients become ``.grad`` (referenced), the second's are
+    added and dropped. A backward recorded where an earlier gradient output was dead reused
+    its memory; where that output is alive, a recording that does not reuse it is made once,
+    and from then on every micro-batch replays."""
+    warm, final = _accumulate_two_micro_batches(device)
+    assert final["records"] == warm["records"], final
+    assert final["replays"] - warm["replays"] == 3 * 2 * 4, final  # 3 steps, 2 micro, 4 graphs
+    assert final["liveness_fallbacks"] == 0, final
+
+
+def test_a_liveness_recording_beyond_the_bound_on_variants_leaves_the_step_instead(device):
+    """With no room for another recording, the step runs un-graphed from that graph on (as
+    evicting one would let alternating liveness patterns record at every call)."""
+    with inductor_xpugraph.config.patch(static_input_variants=1):
+        warm, final = _accumulate_two_micro_batches(device)
+    assert final["records"] == warm["records"], final
+    assert final["liveness_fallbacks"] - warm["liveness_fallbacks"] == 3, final  # one a step

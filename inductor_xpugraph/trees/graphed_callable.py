@@ -240,12 +240,16 @@ class GraphedCallable:
                 return self._replay_variant(tree, node, args)
         if matching:
             # Recorded here for these addresses, but every recording reuses memory that is
-            # still referenced now: record one that does not.
-            kind, message = stats.EventKind.LIVENESS_FALLBACK, messages.LIVENESS_VARIANT
-            stats.record_event(kind, message, self.name, self.source)
-            stats.counters["liveness_fallbacks"] += 1
+            # still referenced now. Record one that does not, within the bound on variants;
+            # beyond it, evicting would let alternating liveness patterns record at every
+            # call, so the rest of the step runs un-graphed instead.
             if len(variants) >= config.static_input_variants:
-                tree.evict_variant(variants[-1])
+                tree.leave_for_this_generation(matching[0])
+                return self._run_eagerly(tree, args)
+            stats.counters["rerecords"] += 1
+            stats.record_event(
+                stats.EventKind.RERECORD, messages.LIVENESS_VARIANT, self.name, self.source
+            )
             return self._record(tree, key, args)
         if variants:  # recorded here, but a static input has an address no recording has
             return self._record_variant(tree, variants, key, args)

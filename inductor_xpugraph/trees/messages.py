@@ -76,9 +76,9 @@ def too_many_sizes_skipped() -> str:
 
 
 LIVENESS_VARIANT = (
-    "captured reusing the memory of earlier outputs of its step that are still referenced "
-    "now; recorded again without reusing it (keep the same outputs alive in every step, or "
-    "clone them, and one recording serves)"
+    "recorded again without reusing the memory of earlier outputs of its step: its "
+    "recording reuses it, and they are still referenced now (keep the same outputs alive in "
+    "every step, or clone them, and one recording serves)"
 )
 
 LIVENESS_FALLBACK = (

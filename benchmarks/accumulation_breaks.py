@@ -6,9 +6,10 @@ A two-layer model with ``torch._dynamo.graph_break()`` between its layers (two c
 regions: two forward and two backward graphs per micro-batch), trained with 1 or 2
 micro-batches per step and ``zero_grad(set_to_none=...)`` True, False, or alternating. Each
 configuration runs in a fresh process, beside an eager copy of the model. Printed per
-configuration: records, replays, liveness fallbacks (a micro-batch leaving the tree because
-a recording reused memory that is referenced now), gradient handovers, and the largest
-difference of any gradient from eager's. On ``--device cpu`` ours runs on the emulator.
+configuration: records, replays, re-records (a liveness variant is one), liveness fallbacks
+(a micro-batch leaving the tree because a recording reused memory that is referenced now),
+gradient handovers, and the largest difference of any gradient from eager's. On
+``--device cpu`` ours runs on the emulator.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def run(device: str, steps: int, micro_batches: int, graph_break: bool, set_to_n
         model.zero_grad(set_to_none=to_none)
         reference.zero_grad(set_to_none=to_none)
     stats = inductor_xpugraph.stats()
-    keys = ("records", "replays", "liveness_fallbacks", "handovers")
+    keys = ("records", "replays", "rerecords", "liveness_fallbacks", "handovers")
     return {**{key: stats[key] for key in keys}, "max_grad_diff": worst}
 
 
@@ -80,9 +81,9 @@ def main() -> None:
         print(json.dumps(row))
         return
     print(f"device {args.device}, torch {torch.__version__}, {args.steps} steps\n")
-    print("| micro-batches | graph break | set_to_none | records | replays | liveness fallbacks "
-          "| handovers | max grad diff |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print("| micro-batches | graph break | set_to_none | records | replays | re-records "
+          "| liveness fallbacks | handovers | max grad diff |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for micro, graph_break, set_to_none in CONFIGS:
         child = [sys.executable, __file__, "--device", args.device, "--steps", str(args.steps)]
         child += ["--child", str(micro), str(int(graph_break)), set_to_none]
@@ -92,7 +93,8 @@ def main() -> None:
             cells = ["error: " + (done.stderr.strip().splitlines() or ["?"])[-1][:120]]
         else:
             row = json.loads(lines[-1])
-            cells = [str(row[k]) for k in ("records", "replays", "liveness_fallbacks", "handovers")]
+            keys = ("records", "replays", "rerecords", "liveness_fallbacks", "handovers")
+            cells = [str(row[k]) for k in keys]
             cells.append(f"{row['max_grad_diff']:.1e}")
         print(
             f"| {micro} | {'yes' if graph_break else 'no'} | {set_to_none} | "

@@ -34,9 +34,10 @@ the time a node is captured can serve that capture, as it would without graphs.
   returns that buffer as an output, which the backward can consume like any activation.
 The new node records both kinds (``GraphNode.reused_outputs``). A replay first drops the
 caller's references to consumed arguments, then checks that nothing references the reused
-outputs; if something does (the caller kept the logits this time), the rest of the
-generation runs un-graphed (``stats()["liveness_fallbacks"]``), as its replay would
-overwrite them.
+outputs. If something does (the caller kept the logits this time), its replay would
+overwrite them: the callable records a variant that does not reuse them, or, past the bound
+on variants, the rest of the generation runs un-graphed
+(``GraphedCallable._slow_path``).
 
 The lender no longer owns that memory. Under checkpointing a later capture below it restores
 its checkpoint, which re-allocates the memory, so nothing more is needed. With owned outputs

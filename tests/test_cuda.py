@@ -291,3 +291,33 @@ def test_reset_gives_the_pool_memory_back_to_the_caching_allocator(cuda_device, 
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         assert pool_segments() == []
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_a_clear_of_every_cublas_workspace_never_lets_a_graph_write_freed_memory(
+    cuda_device, checkpointing
+):
+    """``torch._C._cuda_clearCublasWorkspaces()`` (upstream's trees call it) frees the
+    workspaces our graphs baked in (Note [Someone else clears every workspace]). Tensors
+    allocated on the capture stream afterwards may lie there; graphs recorded before must
+    not replay over them. On the H200, before the fix, 2 MiB of such tensors changed."""
+    tall, wide = torch.randn(64, 1 << 16, device="cuda"), torch.randn(1 << 16, 64, device="cuda")
+    product = torch.compile(lambda a, b: (a @ b).relu(), mode="reduce-overhead")
+    with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
+        inductor_xpugraph.reset()
+        for _ in range(3):
+            expected = product(tall, wide).clone()
+        (tree,) = [t for t in all_trees() if t.nodes()]
+        if tree.backend.workspace_policy.name != "KEEP_OUTSIDE_POOL":
+            pytest.skip("this torch frees the capture stream's workspaces after each capture")
+        torch.cuda.synchronize()
+        torch._C._cuda_clearCublasWorkspaces()
+        with torch.cuda.stream(tree.backend.capture_stream):
+            fillers = [torch.full((mib << 18,), 7.0, device="cuda") for mib in (32, 16, 8, 4)]
+        torch.cuda.current_stream().wait_stream(tree.backend.capture_stream)
+        for _ in range(4):
+            torch.testing.assert_close(product(tall, wide), expected)
+        torch.cuda.synchronize()
+        assert all(bool((filler == 7.0).all()) for filler in fillers)
+        stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2 and stats["replays"] >= 2, stats

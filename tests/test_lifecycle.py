@@ -174,6 +174,35 @@ def test_outputs_of_the_generation_a_capture_failed_in_stay_valid(device):
     assert inductor_xpugraph.stats()["replays"] >= 2
 
 
+def test_graphs_the_backend_invalidates_never_replay_again_and_are_recorded_anew(
+    device, caplog
+):
+    """What a tree does when its backend reports its graphs unsafe (on cuda: someone cleared
+    every cuBLAS workspace): the rest of the step runs un-graphed, outputs it handed out
+    stay valid, and the next step records again."""
+    first = torch.compile(lambda x: x.cos(), mode="reduce-overhead")
+    second = torch.compile(lambda y: y * 2 - 1, mode="reduce-overhead")
+    x = torch.randn(16, device=device)
+    for _ in range(3):  # warmup, record, replay
+        inductor_xpugraph.mark_step_begin()
+        second(first(x))
+    inductor_xpugraph.mark_step_begin()
+    kept = first(x)
+    (tree,) = [t for t in all_trees() if t.nodes()]
+    before = inductor_xpugraph.stats()
+    tree.backend.on_graphs_invalidated("a test said so")
+    torch.testing.assert_close(second(kept), x.cos() * 2 - 1)  # un-graphed
+    assert inductor_xpugraph.stats()["replays"] == before["replays"]
+    torch.testing.assert_close(kept, x.cos())
+    for _ in range(3):  # a fresh tree records again, then replays
+        inductor_xpugraph.mark_step_begin()
+        torch.testing.assert_close(second(first(x)), x.cos() * 2 - 1)
+    after = inductor_xpugraph.stats()
+    assert after["records"] == before["records"] + 2, after
+    assert after["replays"] > before["replays"], after
+    assert "2 graphs may not replay again: a test said so" in caplog.text
+
+
 def test_reset_lets_a_callable_that_fell_back_record_again(device):
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 8).to(device)

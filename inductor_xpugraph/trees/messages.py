@@ -111,6 +111,11 @@ LENT_MEMORY_CONFLICT = (
     "graphs"
 )
 
+GRAPHS_INVALIDATED = (
+    "inductor_xpugraph: the %s tree's %d graphs may not replay again: %s; the rest of this "
+    "step runs un-graphed, and the tree records its graphs again from the next step on"
+)
+
 
 def overwritten_output(position: int, producer: str, changed_by: str) -> str:
     """``debug_checks`` found a held output changed by a graphed call."""

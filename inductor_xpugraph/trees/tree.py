@@ -135,6 +135,7 @@ class GraphTree:
         self.device = device
         self.thread = threading.current_thread().name
         self.backend: GraphBackend = backend_class(device_type)(int(index or 0))
+        self.backend.on_graphs_invalidated = self._start_over_after_invalidation
         self.root = GraphNode.marker("<root>")
         # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
         self.off_tree = GraphNode.marker("<off tree>")
@@ -391,7 +392,7 @@ class GraphTree:
         try:
             graph, outputs = self.backend.capture(fn, args, self.pool, place_inputs)
         except BaseException:
-            self._start_over_after_failed_capture()
+            self.start_over()
             raise
         consumed = self.memory.settle_loans()
         self.captures_unlogged += 1
@@ -411,13 +412,22 @@ class GraphTree:
             )
         self.captures_unlogged, self.capture_seconds_unlogged = 0, 0.0
 
-    def _start_over_after_failed_capture(self) -> None:
-        """A capture raised. Memory it was lent, or that was freed for it, may be gone, and
-        no node records who reused it, so no later capture could be placed safely: the rest
-        of this generation runs un-graphed (its outputs so far stay valid), and the next one
-        starts from an empty tree, a fresh pool and a fresh memory strategy."""
+    def start_over(self) -> None:
+        """The rest of this generation runs un-graphed (its outputs so far stay valid), and
+        the next one starts from an empty tree, a fresh pool and a fresh memory strategy.
+
+        For a capture that raised: memory it was lent, or that was freed for it, may be gone,
+        and no node records who reused it, so no later capture could be placed safely. For
+        graphs the backend reports invalid (``_start_over_after_invalidation``)."""
         self.next_memory = memory_strategy(self.backend)
         self.current = self.off_tree
+
+    def _start_over_after_invalidation(self, reason: str) -> None:
+        """The backend's ``on_graphs_invalidated``: no graph of this tree may replay again.
+        May be called from any thread, between any two calls (it writes two attributes)."""
+        if self.root.child_nodes():
+            log.warning(messages.GRAPHS_INVALIDATED, self.device, len(self.nodes()), reason)
+            self.start_over()
 
     def add_node(
         self, identity: CallableIdentity, key: tuple[int, ...], recording: Recording

@@ -34,6 +34,11 @@ class GraphBackend(abc.ABC):
 
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index
+        #: ``(reason) -> None``, set by the tree that owns this backend: called when
+        #: something outside the tree made every graph captured so far unsafe to replay (on
+        #: cuda, a clear of every cuBLAS workspace). The tree records again from its next
+        #: generation.
+        self.on_graphs_invalidated: Callable[[str], None] | None = None
 
     @property
     def device(self) -> str:

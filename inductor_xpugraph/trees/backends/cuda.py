@@ -31,11 +31,23 @@ depends on the torch release, found out once per backend (``_graph_release_frees
 
 Warmups run on the capture stream (``DeviceGraphBackend.warmup``), so the caller's stream
 never gets a workspace that only graphed code needed.
+
+Note [Someone else clears every workspace]: under ``KEEP_OUTSIDE_POOL`` our graphs bake
+workspaces that torch's own map owns, and ``torch._C._cuda_clearCublasWorkspaces()`` frees
+them. Upstream's trees call it around their warmups and captures, so they do whenever they
+run in the same process (``benchmarks/paired.py``), and so may a user. Replays after that
+write their scratch into memory the allocator hands out again (on an H200, tensors
+allocated on the capture stream after a clear were overwritten: session 21). So while a
+backend keeps workspaces, torch's function is wrapped (``_watch_workspace_clears``): after
+the clear, every such backend's tree stops replaying and records again from its next
+generation, with new workspaces, and says why. The replay path pays nothing for it.
 """
 
 from __future__ import annotations
 
 import enum
+import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -79,6 +91,33 @@ def _workspace_policy(backend: CudaGraphBackend) -> WorkspacePolicy:
     return _workspace_policies[backend.device_index]
 
 
+WORKSPACES_CLEARED = (
+    "torch._C._cuda_clearCublasWorkspaces() freed the cuBLAS workspaces they use (upstream's "
+    "CUDA Graph Trees call it around their warmups and captures: run one kind of tree per "
+    "process)"
+)
+# Backends whose graphs use workspaces kept outside the pool, and torch's own clear.
+_backends_keeping_workspaces: weakref.WeakSet[CudaGraphBackend] = weakref.WeakSet()
+_torch_clear_workspaces: Callable[[], None] | None = None
+
+
+def _clear_workspaces_and_invalidate_graphs() -> None:
+    """``torch._C._cuda_clearCublasWorkspaces`` while a backend keeps workspaces (Note
+    [Someone else clears every workspace])."""
+    _torch_clear_workspaces()
+    for backend in list(_backends_keeping_workspaces):
+        if backend.on_graphs_invalidated is not None:
+            backend.on_graphs_invalidated(WORKSPACES_CLEARED)
+
+
+def _watch_workspace_clears(backend: CudaGraphBackend) -> None:
+    global _torch_clear_workspaces
+    _backends_keeping_workspaces.add(backend)
+    if _torch_clear_workspaces is None:
+        _torch_clear_workspaces = torch._C._cuda_clearCublasWorkspaces
+        torch._C._cuda_clearCublasWorkspaces = _clear_workspaces_and_invalidate_graphs
+
+
 class CudaGraphBackend(DeviceGraphBackend):
     device_type = "cuda"
     device_module = torch.cuda
@@ -91,6 +130,8 @@ class CudaGraphBackend(DeviceGraphBackend):
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)
         self.workspace_policy = _workspace_policy(self)
+        if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
+            _watch_workspace_clears(self)
 
     def new_graph(self) -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()

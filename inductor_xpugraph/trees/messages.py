@@ -68,6 +68,13 @@ def capture_raised(error: BaseException) -> str:
     )
 
 
+def graphs_invalidated(device: str, reason: str) -> str:
+    return (
+        f"the {device} graphs recorded so far may not replay again: {reason}; the rest of this step "
+        "runs un-graphed, and the tree records its graphs again from the next step on"
+    )
+
+
 def too_many_sizes_skipped() -> str:
     return (
         f"more than {config.dynamic_shape_warn_limit} distinct sizes and "
@@ -109,11 +116,6 @@ LENT_MEMORY_CONFLICT = (
     "graph of this step lent to another branch (owned outputs cannot reserve it again); this "
     "tree records its graphs again from the next step on, without lending memory between "
     "graphs"
-)
-
-GRAPHS_INVALIDATED = (
-    "inductor_xpugraph: the %s tree's %d graphs may not replay again: %s; the rest of this "
-    "step runs un-graphed, and the tree records its graphs again from the next step on"
 )
 
 

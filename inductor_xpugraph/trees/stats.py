@@ -4,7 +4,8 @@
 An *event* is something a user asks "why" about: a graph not captured (skip), a callable
 running un-graphed from now on (fallback), a recording for new addresses of its static inputs
 (re-record), a step left un-graphed because memory a graph reuses is still referenced
-(liveness fallback). Each distinct event (kind, graph, reason) is logged once, with the
+(liveness fallback), a tree recording everything again because its device said its graphs
+may not replay (start over). Each distinct event (kind, graph, reason) is logged once, with the
 graph's name and the user's source line, and counted every time.
 """
 
@@ -37,6 +38,7 @@ class EventKind(enum.Enum):
     FALLBACK = "fallback"  # un-graphed from now on
     RERECORD = "re-record"  # recorded again for new static-input addresses
     LIVENESS_FALLBACK = "liveness fallback"  # the rest of a step un-graphed
+    START_OVER = "start over"  # a tree records every graph again, from the next step
 
 
 # How each kind is logged the first time it happens for a graph and reason.
@@ -45,6 +47,7 @@ _LOG_LEVELS = {
     EventKind.FALLBACK: logging.WARNING,
     EventKind.RERECORD: logging.INFO,
     EventKind.LIVENESS_FALLBACK: logging.WARNING,
+    EventKind.START_OVER: logging.WARNING,
 }
 
 

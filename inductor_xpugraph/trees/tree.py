@@ -426,7 +426,9 @@ class GraphTree:
         """The backend's ``on_graphs_invalidated``: no graph of this tree may replay again.
         May be called from any thread, between any two calls (it writes two attributes)."""
         if self.root.child_nodes():
-            log.warning(messages.GRAPHS_INVALIDATED, self.device, len(self.nodes()), reason)
+            stats.record_event(
+                stats.EventKind.START_OVER, messages.graphs_invalidated(self.device, reason)
+            )
             self.start_over()
 
     def add_node(

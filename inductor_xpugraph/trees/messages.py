@@ -70,8 +70,8 @@ def capture_raised(error: BaseException) -> str:
 
 def graphs_invalidated(device: str, reason: str) -> str:
     return (
-        f"the {device} graphs recorded so far may not replay again: {reason}; the rest of this step "
-        "runs un-graphed, and the tree records its graphs again from the next step on"
+        f"the {device} graphs recorded so far may not replay again: {reason}; the rest of "
+        "this step runs un-graphed, and the tree records its graphs again from the next step on"
     )
 
 

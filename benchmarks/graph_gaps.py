@@ -1,0 +1,73 @@
+"""Device time per pipelined call, split into kernels and the idle gaps between them.
+
+    PYTHONPATH=. python3 benchmarks/graph_gaps.py --workload resnet18 --variant ours \
+        [--capture-error-mode thread_local]
+
+``graph_kernels.py`` showed the same kernels, with the same device time, in the hand-captured
+replay, upstream's trees and ours; yet pipelined, the trees' calls take longer. This profiles
+50 pipelined calls of one variant (built as ``latency.py`` builds it, in this process), drops
+the first fifth, and prints per call: the span from the first kernel to the last, the busy
+time, the idle time, the median gap between consecutive kernels, and the largest gaps with
+the kernels around them. ``--capture-error-mode`` changes the hand capture's
+``torch.cuda.graph`` mode (the trees capture in ``"thread_local"``). CUDA only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(__file__))
+import latency  # noqa: E402
+
+CALLS = 50
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="resnet18", choices=latency.WORKLOADS)
+    parser.add_argument("--variant", default="ours", choices=latency.VARIANTS)
+    parser.add_argument("--capture-error-mode", default=None)
+    args = parser.parse_args()
+    if args.capture_error_mode:
+        torch.cuda.graph = functools.partial(
+            torch.cuda.graph, capture_error_mode=args.capture_error_mode
+        )
+    step, inputs = latency.build_step(args.workload, args.variant, "cuda", None)
+    for _ in range(30):
+        step(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            step(*inputs)
+        torch.cuda.synchronize()
+    kernels = sorted(
+        (event.time_range.start, event.time_range.end, event.name)
+        for event in prof.events()
+        if event.device_type == torch.autograd.DeviceType.CUDA
+    )
+    kept = kernels[len(kernels) // 5 :]
+    calls = CALLS * 4 / 5
+    span = kept[-1][1] - kept[0][0]
+    busy = sum(end - start for start, end, _ in kept)
+    gaps = [
+        (kept[i + 1][0] - kept[i][1], kept[i][2][:60], kept[i + 1][2][:60])
+        for i in range(len(kept) - 1)
+    ]
+    print(
+        f"{args.workload} {args.variant}: span {span / calls:.1f} µs per call, busy "
+        f"{busy / calls:.1f}, idle {(span - busy) / calls:.1f}, kernels {len(kept) / calls:.1f}; "
+        f"median gap {statistics.median(g for g, _, _ in gaps):.2f} µs"
+    )
+    for gap, before, after in sorted(gaps, reverse=True)[:5]:
+        print(f"  gap {gap:.1f} µs after {before} before {after}")
+
+
+if __name__ == "__main__":
+    main()

@@ -45,6 +45,17 @@ def from_environment(name: str, variable: str, default: Any) -> Any:
         raise ValueError(f"{variable}={raw!r} is not a valid value: {error}") from None
 
 
+def _positions(name: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or any(
+        isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value
+    ):
+        raise ValueError(
+            f"inductor_xpugraph.config.{name} must be a tuple of input positions (ints >= 0), "
+            f"got {value!r}"
+        )
+    return value
+
+
 # Each setting's check, applied when it is read from the environment, set or patched.
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "warmup_runs": _integer(1),
@@ -55,6 +66,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "skip_dynamic_graphs": _boolean,
     "allocator_checkpointing": _boolean,
     "debug_checks": _boolean,
+    "_export_static_inputs": _positions,  # set by deploy.export only; no environment variable
 }
 
 

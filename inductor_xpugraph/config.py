@@ -63,5 +63,11 @@ allocator_checkpointing: bool = _from_environment(
 # comparison per live output per call. For debugging suspected corruption, off by default.
 debug_checks: bool = _from_environment("debug_checks", "INDUCTOR_XPUGRAPH_DEBUG_CHECKS", False)
 
+# Set by ``deploy.export(..., static_inputs=...)`` while it compiles, never by hand: positions
+# of the exported function's inputs that keep their address from call to call (weights passed
+# as inputs), captured without a copy like a compiled module's parameters. A setting so that
+# it is part of the cache key: an export never gets a wrapper generated without it.
+_export_static_inputs: tuple = ()
+
 install_config_module(sys.modules[__name__])
 _checked_config_class(sys.modules[__name__])

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from . import config
 from ._version import __version__
 from .codegen import disable, enable, enabled_devices
 
@@ -60,11 +61,17 @@ def export(
     *,
     format: str = "unpacked",
     key: bytes | str | None = None,
+    static_inputs: Sequence[int] = (),
 ) -> Path:
     """Compile ``fn`` for ``example_inputs`` with graphs on, and save it to directory ``path``.
 
     ``fn`` is an ``fx.GraphModule`` or a function traceable by ``make_fx`` with fake tensors
     (tensor ops only, no reads of tensor values).
+    ``static_inputs``: positions of inputs the caller passes at the same address in every
+    call (the weights): graphs read them in place, as they read a compiled module's
+    parameters, where every other tensor input is copied into the graph at each call. A
+    tensor at another address there makes the loaded function record again (and run
+    un-graphed if that keeps happening, see ``config.rerecord_limit``).
     With ``key`` (or ``INDUCTOR_XPUGRAPH_EXPORT_KEY``), the manifest is signed with an
     HMAC-SHA256 that ``load(..., key=...)`` checks.
     """
@@ -74,11 +81,12 @@ def export(
     if path.exists() and any(path.iterdir()):
         raise FileExistsError(f"inductor_xpugraph.export: {path} exists and is not empty")
     example_inputs = list(example_inputs)
+    static = _checked_static_inputs(static_inputs, example_inputs)
     device_type = _device_type_of(example_inputs)
     gm = _traced_with_fake_tensors(fn, example_inputs)
     from torch._inductor import standalone_compile
 
-    with _enabled(device_type):
+    with _enabled(device_type), config.patch(_export_static_inputs=static):
         artifact = standalone_compile(
             gm, example_inputs, options={"config_patches": {"triton.cudagraphs": True}}
         )
@@ -105,6 +113,26 @@ def export(
         manifest["signature"] = _signature(manifest, key_bytes)
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path
+
+
+def _checked_static_inputs(positions: Sequence[int], example_inputs: list[Any]) -> tuple:
+    static = []
+    for position in positions:
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise ValueError(f"inductor_xpugraph.export: static_inputs holds {position!r}, "
+                             "not an input position (an int)")  # fmt: skip
+        if not 0 <= position < len(example_inputs):
+            raise ValueError(
+                f"inductor_xpugraph.export: static input {position} is out of range: there "
+                f"are {len(example_inputs)} example inputs"
+            )
+        if not isinstance(example_inputs[position], torch.Tensor):
+            kind = type(example_inputs[position]).__name__
+            raise ValueError(
+                f"inductor_xpugraph.export: static input {position} is a {kind}, not a tensor"
+            )
+        static.append(position)
+    return tuple(sorted(set(static)))
 
 
 def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any]):
@@ -146,7 +174,8 @@ def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any])
 _WEIGHTS_AS_INPUTS = (
     "inductor_xpugraph.export: fn {reason}. An export takes every tensor it reads as an input: "
     "pass the weights in example_inputs (and to the loaded function), e.g. "
-    "torch.func.functional_call(model, params, (x,)) with params among the inputs."
+    "torch.func.functional_call(model, params, (x,)) with params among the inputs, and name "
+    "their positions in static_inputs so that graphs read them in place."
 )
 
 

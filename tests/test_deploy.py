@@ -128,6 +128,43 @@ def test_manifest_lists_the_graphs_the_wrapper_captures(exported):
     assert manifest["inductor_xpugraph"] == inductor_xpugraph.__version__
 
 
+def test_static_inputs_of_an_export_are_read_in_place_and_a_new_weight_records_again(
+    tmp_path,
+):
+    """Weights named in ``static_inputs`` are captured where they are (not copied): the
+    wrapper says so, an in-place update reaches the next replay, and a weight at another
+    address makes the loaded function record again rather than read the old one."""
+    inductor_xpugraph.disable("cpu")
+    export(mlp, example_inputs(), tmp_path / "mlp", static_inputs=(2, 1))
+    (graph,) = json.loads((tmp_path / "mlp" / MANIFEST).read_text())["graphs"]
+    assert graph["static_inputs"] == [1, 2]
+    inductor_xpugraph.reset()
+    fn = load(tmp_path / "mlp")
+    x, w1, w2 = example_inputs()
+    for _ in range(3):
+        (out,) = fn(x, w1, w2)
+    torch.testing.assert_close(out, mlp(x, w1, w2))
+    w1.mul_(0.5)  # in place: the same address
+    (out,) = fn(x, w1, w2)
+    torch.testing.assert_close(out, mlp(x, w1, w2))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"]) == (1, 0), stats
+    w1_elsewhere = w1.clone()
+    (out,) = fn(x, w1_elsewhere, w2)
+    torch.testing.assert_close(out, mlp(x, w1_elsewhere, w2))
+    assert inductor_xpugraph.stats()["rerecords"] == 1
+
+
+@pytest.mark.parametrize(
+    "positions, message",
+    [((3,), "out of range: there are 3"), (("1",), "not an input position"), ((True,), "(an int)")],
+)
+def test_export_refuses_static_inputs_that_are_not_input_positions(tmp_path, positions, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        export(mlp, example_inputs(), tmp_path / "mlp", static_inputs=positions)
+    assert not (tmp_path / "mlp").exists()  # nothing written
+
+
 def test_inspect_cli_prints_graphs_and_wrapper_source(exported):
     proc = run_fresh(
         "import sys, runpy; sys.argv = ['x', 'inspect', sys.argv[1]]; "

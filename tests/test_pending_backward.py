@@ -146,3 +146,27 @@ def test_a_liveness_recording_beyond_the_bound_on_variants_leaves_the_step_inste
         warm, final = _accumulate_two_micro_batches(device)
     assert final["records"] == warm["records"], final
     assert final["liveness_fallbacks"] - warm["liveness_fallbacks"] == 3, final  # one a step
+
+
+def test_a_loop_that_keeps_outputs_needing_backward_is_told_why_every_call_records(device):
+    """``out = model(x)`` in a loop without ``torch.no_grad()`` and without a backward: the
+    held output may still be backpropagated, so the step never ends and each call records
+    below the last (as upstream's trees do). That is said once, with the fixes; under
+    ``torch.no_grad()`` the same loop replays one graph."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    for _ in range(12):
+        out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    (event,) = [e for e in inductor_xpugraph.report().events if e.kind.value == "pending backward"]
+    assert "torch.no_grad()" in event.reason and event.count >= 1
+    assert inductor_xpugraph.stats()["replays"] == 0
+
+    inductor_xpugraph.reset()
+    with torch.no_grad():
+        for _ in range(12):
+            out = compiled(x)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 1 and stats["replays"] == 10, stats
+    assert not [e for e in inductor_xpugraph.report().events if e.kind.value == "pending backward"]

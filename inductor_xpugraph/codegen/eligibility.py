@@ -18,6 +18,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.virtualized import V
 from torch._library.fake_class_registry import FakeScriptObject
 
+from .. import config
 from ..trees.node import Phase
 from ..trees.source_lines import format_source
 
@@ -106,17 +107,19 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
 
 
 def static_input_indices() -> tuple[int, ...]:
-    """Inputs at fixed addresses, as Inductor's own cudagraphs would get them."""
+    """Inputs at fixed addresses, as Inductor's own cudagraphs would get them, and those an
+    export names (``deploy.export(..., static_inputs=...)``)."""
     graph = V.graph
     if graph.is_backward:
         # Saved activations and parameters: everything but the incoming gradients.
         from torch._inductor.utils import count_tangents
 
         return tuple(range(count_tangents(graph.module)))
+    static = set(config._export_static_inputs)
     context = torch._guards.TracingContext.try_get()
     if context is not None and context.fw_metadata is not None:
-        return tuple(context.fw_metadata.static_input_indices)
-    return ()
+        static.update(context.fw_metadata.static_input_indices)
+    return tuple(sorted(static))
 
 
 def _phase() -> Phase:

@@ -72,6 +72,9 @@ from .tree import GraphTree, all_trees, thread_trees, tree_for
 log = logging.getLogger("inductor_xpugraph")
 
 _callable_ids = itertools.count()
+# Recordings of one callable on the current path from which a record below them is reported
+# (a model may call one graph several times per step: layers sharing compiled code).
+RECORDS_BELOW_ITSELF = 8
 # Every live graphed callable, for ``reset_all_callables`` (held weakly: a compiled model that
 # is deleted takes its callables with it).
 _all_callables: weakref.WeakSet[GraphedCallable] = weakref.WeakSet()
@@ -286,6 +289,15 @@ class GraphedCallable:
             log.warning(messages.MANY_SIZES, self.name, sizes_seen)
         return True
 
+    def _note_records_below_itself(self, tree: GraphTree) -> None:
+        """A step that cannot end (a backward may still read what its forwards left) records
+        every call below the last (Note [A backward that can no longer run]): said once
+        this callable is on the path ``RECORDS_BELOW_ITSELF`` times, as upstream warns."""
+        on_path = sum(node.callable_id == self.id for node in tree.current.path_from_root())
+        if on_path >= RECORDS_BELOW_ITSELF:
+            message = messages.recorded_below_itself(RECORDS_BELOW_ITSELF)
+            stats.record_event(stats.EventKind.PENDING_BACKWARD, message, self.name, self.source)
+
     def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
         """Replay a recording whose reused memory was released for it (the fast path's
         work, for a recording that is not the one used last here)."""
@@ -372,6 +384,8 @@ class GraphedCallable:
             return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
 
         stats.counters["records"] += 1
+        if tree.pending_backward:
+            self._note_records_below_itself(tree)
         static_inputs = [StaticInput.of(args, i) for i in static]
         self._address_sets_seen.add(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references

@@ -68,6 +68,18 @@ def capture_raised(error: BaseException) -> str:
     )
 
 
+def recorded_below_itself(times: int) -> str:
+    return (
+        f"recorded again below {times} or more recordings of itself in one step: earlier "
+        "outputs are "
+        "still referenced and require grad, so a backward may still read what those calls "
+        "left, the step cannot end, and every call records a new graph. In an evaluation "
+        "loop, run under torch.no_grad() or torch.inference_mode(), or keep only detached "
+        "outputs; otherwise call backward(), or inductor_xpugraph.mark_step_begin() before "
+        "each step (a model that calls this graph this many times per step can ignore this)"
+    )
+
+
 def graphs_invalidated(device: str, reason: str) -> str:
     return (
         f"the {device} graphs recorded so far may not replay again: {reason}; the rest of "

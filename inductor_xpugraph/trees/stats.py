@@ -5,8 +5,10 @@ An *event* is something a user asks "why" about: a graph not captured (skip), a 
 running un-graphed from now on (fallback), a recording for new addresses of its static inputs
 (re-record), a step left un-graphed because memory a graph reuses is still referenced
 (liveness fallback), a tree recording everything again because its device said its graphs
-may not replay (start over). Each distinct event (kind, graph, reason) is logged once, with the
-graph's name and the user's source line, and counted every time.
+may not replay (start over), a step that cannot end because a backward may still come, so
+that each call records a new graph (pending backward). Each distinct event (kind, graph,
+reason) is logged once, with the graph's name and the user's source line, and counted every
+time.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class EventKind(enum.Enum):
     RERECORD = "re-record"  # recorded again for new static-input addresses
     LIVENESS_FALLBACK = "liveness fallback"  # the rest of a step un-graphed
     START_OVER = "start over"  # a tree records every graph again, from the next step
+    PENDING_BACKWARD = "pending backward"  # a step that cannot end records every call
 
 
 # How each kind is logged the first time it happens for a graph and reason.
@@ -48,6 +51,7 @@ _LOG_LEVELS = {
     EventKind.RERECORD: logging.INFO,
     EventKind.LIVENESS_FALLBACK: logging.WARNING,
     EventKind.START_OVER: logging.WARNING,
+    EventKind.PENDING_BACKWARD: logging.WARNING,
 }
 
 

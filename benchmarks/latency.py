@@ -22,8 +22,8 @@ variants alternated:
 - ``upstream``: ``mode="reduce-overhead"``, Inductor's CUDA Graph Trees;
 - ``ours`` (allocator checkpointing), ``ours_portable`` (owned outputs, xpu's strategy);
 - ``ours_deploy``: ``inductor_xpugraph.deploy.export`` in one process, ``deploy.load`` in the
-  measured one: no Dynamo (``add_one`` only: the other workloads have weights, see
-  ``DEPLOYABLE``);
+  measured one: no Dynamo. ``add_one`` and the models (``DEPLOYABLE``); a model is exported
+  as a function of its weights and inputs, the weights named ``static_inputs``;
 - ``ours_module_guards_skipped``: ours compiled with
   ``guard_filter_fn=torch.compiler.skip_guard_on_all_nn_modules_unsafe`` (Dynamo keeps no
   guard on nn.Module attributes: safe while they do not change after the first call).
@@ -65,9 +65,6 @@ VARIANTS = (
     "ours_module_guards_skipped",
 )  # fmt: skip
 CUDA_ONLY = ("gpu_busy", "hand_replay", "upstream")
-# Workloads with no weights: ``deploy.export`` of the others fails, as a traced function's
-# tensors would become inputs of the loaded artifact (README, "Precompiled deployment").
-DEPLOYABLE = ("add_one",)
 WARM_CALLS = 20  # past warmup and record before anything is timed
 
 
@@ -84,9 +81,7 @@ def _from_compare(name: str, **options: Any) -> Callable[[str], tuple[Callable, 
 
 def _inference(build: Callable[[str], Any], make_inputs: Callable[[str], tuple]):
     def workload(device: str):
-        torch.manual_seed(0)
-        model = build(device)
-        inputs = make_inputs(device)
+        model, inputs = _model_and_inputs(build, make_inputs, device)
 
         def make_step(compile):
             compiled = compile(model)
@@ -100,6 +95,11 @@ def _inference(build: Callable[[str], Any], make_inputs: Callable[[str], tuple])
         return make_step, lambda: inputs
 
     return workload
+
+
+def _model_and_inputs(build: Callable[[str], Any], make_inputs: Callable[[str], tuple], device):
+    torch.manual_seed(0)
+    return build(device), make_inputs(device)
 
 
 def _gpt2(device):
@@ -124,16 +124,36 @@ def _resnet18(device):
     return torchvision.models.resnet18(weights=None).to(device).eval()
 
 
+# The models, for their workloads and for ``ours_deploy`` (weights passed as static inputs).
+MODELS: dict[str, tuple[Callable[[str], Any], Callable[[str], tuple]]] = {
+    "gpt2": (_gpt2, lambda d: (torch.randint(0, 5000, (1, 32), device=d),)),
+    "resnet18": (_resnet18, lambda d: (torch.randn(1, 3, 64, 64, device=d),)),
+    "bert": (_bert, lambda d: (torch.randint(0, 30000, (2, 48), device=d),)),
+}
 WORKLOADS = {
     "add_one": _from_compare("add_one"),
     "softmax_chain": _from_compare("softmax_chain"),
     # The same, its 32 weights marked static (the user's lever: they are not copied).
     "softmax_chain_static": _from_compare("softmax_chain", static_weights=True),
-    "gpt2": _inference(_gpt2, lambda d: (torch.randint(0, 5000, (1, 32), device=d),)),
-    "resnet18": _inference(_resnet18, lambda d: (torch.randn(1, 3, 64, 64, device=d),)),
-    "bert": _inference(_bert, lambda d: (torch.randint(0, 30000, (2, 48), device=d),)),
+    **{name: _inference(*model) for name, model in MODELS.items()},
     "decode": _from_compare("decode"),  # 4 layers × 256, batch 1, static KV cache
 }
+# ``deploy.export`` needs every tensor as an input: functions without weights, and the
+# models with theirs as static inputs (``_deployable_model``).
+DEPLOYABLE = ("add_one", *MODELS)
+
+
+def _deployable_model(workload: str, device: str) -> tuple[Callable, list, int]:
+    """The model as a function of (its parameters and buffers, then its inputs), the example
+    inputs in that order, and how many of them are weights."""
+    model, inputs = _model_and_inputs(*MODELS[workload], device)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+    def fn(*args):
+        out = torch.func.functional_call(model, dict(zip(state, args)), args[len(state) :])
+        return out if isinstance(out, torch.Tensor) else out[0]
+
+    return fn, [*state.values(), *inputs], len(state)
 
 
 # -- one (workload, variant) in this process ---------------------------------------------------
@@ -151,6 +171,13 @@ def build_step(workload: str, variant: str, device: str, export_path: str | None
         from inductor_xpugraph.deploy import load
 
         step = load(export_path)
+        if workload in MODELS:  # the same weights in every call (static inputs)
+            _, example, weights = _deployable_model(workload, device)
+            loaded, inputs = step, tuple(example[weights:])
+
+            def step(*args):
+                with torch.no_grad():
+                    return loaded(*example[:weights], *args)
     elif variant in ("inductor", "gpu_busy"):
         step = make_step(compare.compiler("inductor", device))
     elif variant == "ours_module_guards_skipped":
@@ -292,14 +319,14 @@ def export_child(args) -> None:
     import inductor_xpugraph
     from inductor_xpugraph.deploy import export
 
-    make_step, make_inputs = WORKLOADS[args.workload](args.device)
-    inputs = make_inputs()
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     inductor_xpugraph.disable(args.device)
-    plain = make_step(lambda fn: fn)
-    # Traced with real tensors: the workload's weights become the graph's constants.
-    export(make_fx(plain)(*inputs), list(inputs), args.export_path)
+    if args.workload in MODELS:
+        fn, example, weights = _deployable_model(args.workload, args.device)
+        with torch.no_grad():
+            export(fn, example, args.export_path, static_inputs=range(weights))
+    else:
+        make_step, make_inputs = WORKLOADS[args.workload](args.device)
+        export(make_step(lambda fn: fn), list(make_inputs()), args.export_path)
     print(json.dumps({"exported": args.export_path}))
 
 
@@ -322,7 +349,7 @@ def measure(args, workload: str, variants: list[str]) -> dict[str, list[dict]]:
         path = os.path.join(tmp, "export")
         if "ours_deploy" in variants:
             if workload not in DEPLOYABLE:
-                runs["ours_deploy"] = [{"error": "n/a: its weights would become inputs"}]
+                runs["ours_deploy"] = [{"error": "n/a: not exported"}]
             else:
                 exported = run_child(["--export", workload, "--export-path", path, *common])
                 if "error" in exported:

@@ -50,6 +50,15 @@ skip_dynamic_graphs: bool = _from_environment(
     "skip_dynamic_graphs", "INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", False
 )
 
+# A step that cannot end, because outputs the caller keeps may still be backpropagated,
+# records each call of a graph below the last (an evaluation loop without torch.no_grad()
+# that keeps its outputs). Once a graph has this many recordings on the current path, its
+# further calls in that step run un-graphed instead: the tree stops growing. A model that
+# calls one graph more often per step (layers sharing compiled code) needs a higher value.
+pending_backward_records_limit: int = _from_environment(
+    "pending_backward_records_limit", "INDUCTOR_XPUGRAPH_PENDING_BACKWARD_RECORDS_LIMIT", 64
+)
+
 # Where the backend's allocator can checkpoint a pool (cuda), let sibling branches of a tree
 # share memory (trees.memory.CheckpointedPool). False keeps every graph's outputs allocated
 # for its whole life ("owned outputs"): the portable strategy, the only one on xpu; turn this

@@ -148,24 +148,30 @@ def test_a_liveness_recording_beyond_the_bound_on_variants_leaves_the_step_inste
     assert final["liveness_fallbacks"] - warm["liveness_fallbacks"] == 3, final  # one a step
 
 
-def test_a_loop_that_keeps_outputs_needing_backward_is_told_why_every_call_records(device):
+def test_a_loop_that_keeps_outputs_needing_backward_is_told_why_and_stops_recording(device):
     """``out = model(x)`` in a loop without ``torch.no_grad()`` and without a backward: the
-    held output may still be backpropagated, so the step never ends and each call records
-    below the last (as upstream's trees do). That is said once, with the fixes; under
-    ``torch.no_grad()`` the same loop replays one graph."""
+    held outputs may still be backpropagated, so the step never ends and each call records
+    below the last, as upstream's trees do. That is said once, with the fixes, and the tree
+    stops growing at ``pending_backward_records_limit``: later calls run un-graphed. Every
+    output kept stays right. Under ``torch.no_grad()`` the same loop replays one graph."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).to(device)
     compiled = torch.compile(model, mode="reduce-overhead")
-    x = torch.randn(4, 16, device=device)
-    for _ in range(12):
-        out = compiled(x)
-    torch.testing.assert_close(out, model(x))
-    (event,) = [e for e in inductor_xpugraph.report().events if e.kind.value == "pending backward"]
-    assert "torch.no_grad()" in event.reason and event.count >= 1
-    assert inductor_xpugraph.stats()["replays"] == 0
+    xs = [torch.randn(4, 16, device=device) for _ in range(30)]
+    with inductor_xpugraph.config.patch(pending_backward_records_limit=10):
+        kept = [compiled(x) for x in xs]
+    for x, out in zip(xs, kept):
+        torch.testing.assert_close(out, model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"]) == (10, 0), stats
+    reasons = [
+        e.reason for e in inductor_xpugraph.report().events if e.kind.value == "pending backward"
+    ]
+    assert any("every call records a new graph" in r and "torch.no_grad()" in r for r in reasons)
+    assert any("run un-graphed" in r for r in reasons)
 
     inductor_xpugraph.reset()
     with torch.no_grad():
-        for _ in range(12):
+        for x in xs[:12]:
             out = compiled(x)
     stats = inductor_xpugraph.stats()
     assert stats["records"] == 1 and stats["replays"] == 10, stats

@@ -247,7 +247,7 @@ class GraphedCallable:
             # beyond it, evicting would let alternating liveness patterns record at every
             # call, so the rest of the step runs un-graphed instead.
             if len(variants) >= config.static_input_variants:
-                tree.leave_for_this_generation(matching[0])
+                tree.leave_after_liveness_failure(matching[0])
                 return self._run_eagerly(tree, args)
             stats.counters["rerecords"] += 1
             stats.record_event(
@@ -289,14 +289,22 @@ class GraphedCallable:
             log.warning(messages.MANY_SIZES, self.name, sizes_seen)
         return True
 
-    def _note_records_below_itself(self, tree: GraphTree) -> None:
+    def _may_record_below_itself(self, tree: GraphTree) -> bool:
         """A step that cannot end (a backward may still read what its forwards left) records
-        every call below the last (Note [A backward that can no longer run]): said once
-        this callable is on the path ``RECORDS_BELOW_ITSELF`` times, as upstream warns."""
+        every call below the last (Note [A backward that can no longer run]). Said once this
+        callable is on the path ``RECORDS_BELOW_ITSELF`` times, as upstream warns; refused
+        from ``config.pending_backward_records_limit`` on, so that the tree stops growing
+        (the rest of the step runs un-graphed)."""
         on_path = sum(node.callable_id == self.id for node in tree.current.path_from_root())
-        if on_path >= RECORDS_BELOW_ITSELF:
-            message = messages.recorded_below_itself(RECORDS_BELOW_ITSELF)
-            stats.record_event(stats.EventKind.PENDING_BACKWARD, message, self.name, self.source)
+        limit = config.pending_backward_records_limit
+        if on_path < min(RECORDS_BELOW_ITSELF, limit):
+            return True
+        stopped = on_path >= limit
+        message = messages.recorded_below_itself(
+            limit if stopped else RECORDS_BELOW_ITSELF, stopped
+        )
+        stats.record_event(stats.EventKind.PENDING_BACKWARD, message, self.name, self.source)
+        return not stopped
 
     def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
         """Replay a recording whose reused memory was released for it (the fast path's
@@ -383,9 +391,10 @@ class GraphedCallable:
             span = self._evicted_recorded_again.span()
             return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
 
+        if tree.pending_backward and not self._may_record_below_itself(tree):
+            tree.leave_for_this_generation()
+            return self._run_eagerly(tree, args)
         stats.counters["records"] += 1
-        if tree.pending_backward:
-            self._note_records_below_itself(tree)
         static_inputs = [StaticInput.of(args, i) for i in static]
         self._address_sets_seen.add(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references

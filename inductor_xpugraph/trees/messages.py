@@ -68,15 +68,21 @@ def capture_raised(error: BaseException) -> str:
     )
 
 
-def recorded_below_itself(times: int) -> str:
+def recorded_below_itself(recordings: int, stopped: bool) -> str:
+    """A step that cannot end: ``recordings`` of the graph on the current path; ``stopped``
+    once ``config.pending_backward_records_limit`` is reached."""
+    what = (
+        "its further calls in this step run un-graphed (config.pending_backward_records_limit)"
+        if stopped
+        else "every call records a new graph"
+    )
     return (
-        f"recorded again below {times} or more recordings of itself in one step: earlier "
-        "outputs are "
+        f"met again below {recordings} recordings of itself in one step: earlier outputs are "
         "still referenced and require grad, so a backward may still read what those calls "
-        "left, the step cannot end, and every call records a new graph. In an evaluation "
-        "loop, run under torch.no_grad() or torch.inference_mode(), or keep only detached "
-        "outputs; otherwise call backward(), or inductor_xpugraph.mark_step_begin() before "
-        "each step (a model that calls this graph this many times per step can ignore this)"
+        f"left and the step cannot end; {what}. In an evaluation loop, run under "
+        "torch.no_grad() or torch.inference_mode(), or keep only detached outputs; otherwise "
+        "call backward(), or inductor_xpugraph.mark_step_begin() before each step (a model "
+        "that calls this graph this often per step can ignore this, or raise the limit)"
     )
 
 

@@ -289,14 +289,18 @@ class GraphTree:
             refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
             self.eager_outputs.append((producer, refs))
 
-    def leave_for_this_generation(self, node: GraphNode) -> None:
-        """The rest of this generation runs un-graphed: ``node`` may not replay because an
-        output whose memory it reuses is still referenced."""
+    def leave_for_this_generation(self) -> None:
+        """The rest of this generation runs un-graphed; the next one starts at the root."""
+        self.current = self.off_tree
+
+    def leave_after_liveness_failure(self, node: GraphNode) -> None:
+        """``leave_for_this_generation``: ``node`` may not replay because an output whose
+        memory it reuses is still referenced."""
         stats.record_event(
             stats.EventKind.LIVENESS_FALLBACK, messages.LIVENESS_FALLBACK, node.name, node.source
         )
         stats.counters["liveness_fallbacks"] += 1
-        self.current = self.off_tree
+        self.leave_for_this_generation()
 
     def retire_ended_generation(self) -> bool:
         """Retire what the generation that ended handed out, if that is still to be done.

@@ -9,8 +9,8 @@ matplotlib: ``pip install inductor-xpugraph[report]``):
   much of it the node owns now), which variant it is for its callable and sizes, and the
   user's source line of its graph;
 - every compiled callable: warming up, graphed, or fallen back for good;
-- every event (skip, fallback, re-record, liveness fallback) with its reason, graph, source
-  line and count.
+- every event (skip, fallback, re-record, liveness fallback, start over, pending backward)
+  with its reason, graph, source line and count.
 
 ``python -m inductor_xpugraph report script.py [args]`` runs a script and prints its report
 at the end; ``INDUCTOR_XPUGRAPH_REPORT=1`` (or ``=tree.png``) prints (and draws) it at exit.

@@ -45,7 +45,10 @@ from .codegen import disable, enable, enabled_devices
 
 MANIFEST = "inductor_xpugraph.json"
 RUNTIME_IMPORT = "import inductor_xpugraph.trees"
-MANIFEST_VERSION = 2  # 2: "files", the SHA-256 of every file of the export
+# 2: "files", the SHA-256 of every file of the export; 3: "constants", tensors the traced
+# function made, saved in CONSTANTS and appended to each call by ``load``
+MANIFEST_VERSION = 3
+CONSTANTS = "constants.pt"
 FORMATS = {"unpacked": "artifact", "binary": "artifact.bin"}
 KEY_ENV = "INDUCTOR_XPUGRAPH_EXPORT_KEY"
 
@@ -84,6 +87,11 @@ def export(
     static = _checked_static_inputs(static_inputs, example_inputs)
     device_type = _device_type_of(example_inputs)
     gm = _traced_with_fake_tensors(fn, example_inputs)
+    gm, constants = _lift_tensor_constants(gm)
+    if constants:  # inputs after the caller's, at fixed addresses (load passes them)
+        first = len(example_inputs)
+        static = (*static, *range(first, first + len(constants)))
+        example_inputs = [*example_inputs, *constants]
     from torch._inductor import standalone_compile
 
     with _enabled(device_type), config.patch(_export_static_inputs=static):
@@ -98,6 +106,8 @@ def export(
             shutil.copytree(unpacked, path / FORMATS[format])
     if format == "binary":
         artifact.save(path=str(path / FORMATS[format]), format="binary")
+    if constants:
+        torch.save(constants, path / CONSTANTS)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "inductor_xpugraph": __version__,
@@ -106,6 +116,7 @@ def export(
         "format": format,
         "graphs": [graph for source in wrappers for graph in graphified_calls(source)],
         "wrappers": wrappers,
+        "constants": len(constants),
         "files": _file_digests(path),
     }
     key_bytes = _key(key)
@@ -158,19 +169,55 @@ def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any])
                 raise
             reason = "reads a tensor that is not one of its inputs (a weight?)"
             raise ValueError(_WEIGHTS_AS_INPUTS.format(reason=reason)) from error
-    constants = [
-        node.target
-        for node in gm.graph.nodes
-        if node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.Tensor)
-    ]
-    if constants:
-        reason = f"holds {len(constants)} tensor constants ({', '.join(constants[:3])}, ...)"
-        raise ValueError(_WEIGHTS_AS_INPUTS.format(reason=reason))
     return gm
 
 
-# standalone_compile makes a graph's tensor constants inputs of the compiled artifact, so a
-# loaded export would expect them as arguments: refused at export instead.
+def _lift_tensor_constants(
+    gm: torch.fx.GraphModule,
+) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """``gm`` (a copy, where it has any) with each tensor constant (a tensor the function
+    made, such as ``torch.tensor(-1e4)``, or a weight of a graph traced with real tensors)
+    made an input after the others, and their values in that order.
+
+    ``standalone_compile`` makes them inputs of the artifact anyway, so that a loaded export
+    would fail on its caller's arguments; here they are saved with the export and ``load``
+    passes them (at fixed addresses: captured in place, never copied)."""
+    from torch._guards import detect_fake_mode
+
+    if not any(
+        node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.Tensor)
+        for node in gm.graph.nodes
+    ):
+        return gm, []
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    gm = torch.fx.GraphModule(gm, graph)  # the caller's module stays as it was
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    fake_mode = detect_fake_mode([node.meta.get("val") for node in placeholders])
+    constants: list[torch.Tensor] = []
+    last = placeholders[-1] if placeholders else None
+    for node in list(gm.graph.nodes):
+        value = getattr(gm, node.target, None) if node.op == "get_attr" else None
+        if not isinstance(value, torch.Tensor):
+            continue
+        if last is None:
+            with gm.graph.inserting_before(next(iter(gm.graph.nodes))):
+                lifted = gm.graph.placeholder(f"constant_{len(constants)}")
+        else:
+            with gm.graph.inserting_after(last):
+                lifted = gm.graph.placeholder(f"constant_{len(constants)}")
+        lifted.meta = dict(node.meta)
+        if fake_mode is not None:
+            lifted.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
+        node.replace_all_uses_with(lifted)
+        gm.graph.erase_node(node)
+        delattr(gm, node.target)
+        constants.append(value.detach())
+        last = lifted
+    gm.recompile()
+    return gm, constants
+
+
 _WEIGHTS_AS_INPUTS = (
     "inductor_xpugraph.export: fn {reason}. An export takes every tensor it reads as an input: "
     "pass the weights in example_inputs (and to the loaded function), e.g. "
@@ -216,13 +263,24 @@ def load(path: str | Path, *, key: bytes | str | None = None) -> Callable[..., A
     artifact = path / FORMATS[manifest["format"]]
     if not artifact.exists():
         raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
-    private_artifact = _verified_private_copy(path, manifest) / artifact.name
+    private = _verified_private_copy(path, manifest)
     from torch._inductor import CompiledArtifact
 
     try:
-        return CompiledArtifact.load(path=str(private_artifact), format=manifest["format"])
+        compiled = CompiledArtifact.load(
+            path=str(private / artifact.name), format=manifest["format"]
+        )
+        constants = torch.load(private / CONSTANTS) if manifest["constants"] else []
     except Exception as error:
         raise ArtifactError(f"{artifact} could not be loaded (corrupt?): {error}") from error
+    if not constants:
+        return compiled
+
+    def with_constants(*args: Any) -> Any:
+        """The export's function: the constants it made go after the caller's arguments."""
+        return compiled(*args, *constants)
+
+    return with_constants
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -311,6 +369,7 @@ _MANIFEST_FIELDS: dict[str, tuple[type, tuple[Any, ...] | None]] = {
     "graphs": (list, None),
     "wrappers": (list, None),
     "files": (dict, None),
+    "constants": (int, None),
 }
 _GRAPH_FIELDS = {
     "name": str,
@@ -358,6 +417,11 @@ def describe(path: str | Path, *, source: bool = True) -> str:
         )
     if not manifest["graphs"]:
         lines.append("    none: the wrapper runs un-graphed (see the record_skip reasons below)")
+    if manifest["constants"]:
+        lines.append(
+            f"  constants: {manifest['constants']} tensors the function made, in {CONSTANTS}; "
+            f"load passes them after the caller's arguments"
+        )
     difference = _file_differences(manifest["files"], _file_digests(Path(path)))
     if difference is not None:
         lines.append(

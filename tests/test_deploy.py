@@ -195,16 +195,49 @@ def test_export_of_a_function_reading_a_weight_says_to_pass_it_as_an_input(tmp_p
     assert not (tmp_path / "closure").exists()
 
 
-def test_export_of_a_graph_holding_tensor_constants_is_refused(tmp_path):
-    # standalone_compile would make the constants inputs of the loaded function, which
-    # then fails on the caller's arguments ("expected 3, got 1").
+def test_a_graph_traced_with_its_weights_exports_them_and_load_passes_them(tmp_path):
+    """A graph traced with real tensors holds the weights as constants; ``standalone_compile``
+    would make them inputs the caller does not pass. The export saves them and lifts them
+    to static inputs after the caller's; ``load`` passes them. The caller's graph module is
+    left as it was."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     linear = torch.nn.Linear(16, 4)
+    x = example_inputs()[0]
     with torch.no_grad():
-        traced = make_fx(lambda x: linear(x))(example_inputs()[0])
-    with pytest.raises(ValueError, match="holds 2 tensor constants"):
-        export(traced, example_inputs()[:1], tmp_path / "constants")
+        traced = make_fx(lambda x: linear(x))(x)
+    export(traced, [x], tmp_path / "linear")
+    assert sum(node.op == "get_attr" for node in traced.graph.nodes) == 2
+    manifest = json.loads((tmp_path / "linear" / MANIFEST).read_text())
+    assert manifest["constants"] == 2 and manifest["graphs"][0]["static_inputs"] == [1, 2]
+    inductor_xpugraph.reset()
+    fn = load(tmp_path / "linear")
+    with torch.no_grad():
+        for _ in range(3):
+            (out,) = fn(x)
+        torch.testing.assert_close(out, linear(x))
+    assert inductor_xpugraph.stats()["replays"] >= 1
+
+
+def test_a_tensor_the_function_makes_is_exported_with_it(tmp_path):
+    def scaled(x):
+        return x * torch.tensor([1.0, 2.0, 3.0, 4.0]) - 1
+
+    x = torch.randn(8, 4)
+    export(scaled, [x], tmp_path / "scaled")
+    assert "constants: 1 tensors" in describe(tmp_path / "scaled", source=False)
+    (out,) = load(tmp_path / "scaled")(x)
+    torch.testing.assert_close(out, scaled(x))
+
+
+def test_an_export_whose_constants_were_edited_is_refused(tmp_path):
+    def shifted(x):
+        return x + torch.tensor([1.0, 2.0])
+
+    export(shifted, [torch.randn(2)], tmp_path / "shifted")
+    torch.save([torch.tensor([5.0, 5.0])], tmp_path / "shifted" / "constants.pt")
+    with pytest.raises(ArtifactError, match="constants.pt"):
+        load(tmp_path / "shifted")
 
 
 def test_load_of_a_missing_export_says_so(tmp_path):

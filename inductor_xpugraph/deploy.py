@@ -86,9 +86,14 @@ def export(
     example_inputs = list(example_inputs)
     static = _checked_static_inputs(static_inputs, example_inputs)
     device_type = _device_type_of(example_inputs)
-    gm = _traced_with_fake_tensors(fn, example_inputs)
-    gm, constants = _lift_tensor_constants(gm)
-    if constants:  # inputs after the caller's, at fixed addresses (load passes them)
+    # Tensor constants become inputs after the caller's, at fixed addresses (load passes
+    # them): those of a graph given (before tracing it with fake tensors, which cannot read
+    # real ones), then those the tracing made (tensors the function creates).
+    gm, constants = _lift_tensor_constants(fn) if isinstance(fn, torch.fx.GraphModule) else (fn, [])
+    gm = _traced_with_fake_tensors(gm, [*example_inputs, *constants])
+    gm, made = _lift_tensor_constants(gm)
+    constants += made
+    if constants:
         first = len(example_inputs)
         static = (*static, *range(first, first + len(constants)))
         example_inputs = [*example_inputs, *constants]
@@ -150,13 +155,15 @@ def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any])
     """``fn`` as a graph traced with fake tensors: ``standalone_compile`` finds its shape
     environment there, and without one torch 2.15 bypasses the cache its artifact is made
     from ("CompiledArtifact has no artifact to serialize"). A graph module that already
-    carries fake values (Dynamo's, ``make_fx(..., tracing_mode="fake"/"symbolic")``) is
-    kept as it is, with its symbolic sizes."""
+    carries fake values with a shape environment (Dynamo's, ``make_fx(...,
+    tracing_mode="fake"/"symbolic")``) is kept as it is, with its symbolic sizes; one traced
+    with real tensors carries fake values without one, and is traced again."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx.experimental.proxy_tensor import make_fx
 
     if isinstance(fn, torch.fx.GraphModule) and any(
         isinstance(node.meta.get("val"), FakeTensor)
+        and node.meta["val"].fake_mode.shape_env is not None
         for node in fn.graph.nodes
         if node.op == "placeholder"
     ):

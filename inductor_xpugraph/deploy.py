@@ -135,8 +135,10 @@ def _checked_static_inputs(positions: Sequence[int], example_inputs: list[Any]) 
     static = []
     for position in positions:
         if isinstance(position, bool) or not isinstance(position, int):
-            raise ValueError(f"inductor_xpugraph.export: static_inputs holds {position!r}, "
-                             "not an input position (an int)")  # fmt: skip
+            raise ValueError(
+                f"inductor_xpugraph.export: static_inputs holds {position!r}, not an input "
+                "position (an int)"
+            )
         if not 0 <= position < len(example_inputs):
             raise ValueError(
                 f"inductor_xpugraph.export: static input {position} is out of range: there "
@@ -191,35 +193,30 @@ def _lift_tensor_constants(
     passes them (at fixed addresses: captured in place, never copied)."""
     from torch._guards import detect_fake_mode
 
-    if not any(
-        node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.Tensor)
+    found = [
+        node
         for node in gm.graph.nodes
-    ):
+        if node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.Tensor)
+    ]
+    if not found:
         return gm, []
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    gm = torch.fx.GraphModule(gm, graph)  # the caller's module stays as it was
-    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    graph, copied = torch.fx.Graph(), {}
+    graph.output(graph.graph_copy(gm.graph, copied))
+    owner, gm = gm, torch.fx.GraphModule(gm, graph)  # the caller's module stays as it was
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     fake_mode = detect_fake_mode([node.meta.get("val") for node in placeholders])
-    constants: list[torch.Tensor] = []
+    constants = [getattr(owner, node.target).detach() for node in found]
     last = placeholders[-1] if placeholders else None
-    for node in list(gm.graph.nodes):
-        value = getattr(gm, node.target, None) if node.op == "get_attr" else None
-        if not isinstance(value, torch.Tensor):
-            continue
-        if last is None:
-            with gm.graph.inserting_before(next(iter(gm.graph.nodes))):
-                lifted = gm.graph.placeholder(f"constant_{len(constants)}")
-        else:
-            with gm.graph.inserting_after(last):
-                lifted = gm.graph.placeholder(f"constant_{len(constants)}")
+    for index, (original, value) in enumerate(zip(found, constants)):
+        node = copied[original]
+        with graph.inserting_after(last) if last else graph.inserting_before(node):
+            lifted = graph.placeholder(f"constant_{index}")
         lifted.meta = dict(node.meta)
         if fake_mode is not None:
             lifted.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
         node.replace_all_uses_with(lifted)
-        gm.graph.erase_node(node)
+        graph.erase_node(node)
         delattr(gm, node.target)
-        constants.append(value.detach())
         last = lifted
     gm.recompile()
     return gm, constants

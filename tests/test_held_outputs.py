@@ -105,6 +105,28 @@ def test_a_gradient_from_autograd_grad_kept_across_steps_keeps_its_value(device)
     assert inductor_xpugraph.stats()["replays"] > 0
 
 
+def test_an_output_kept_while_a_later_graph_reused_its_memory_keeps_its_value(device):
+    """A graph recorded while ``a`` was dead reused its memory. When a later step keeps ``a``,
+    that graph may not replay. With allocator checkpointing it is recorded again without
+    reusing (a liveness variant, counted as a re-record). With owned outputs that capture
+    would land in memory lent to another branch, so the tree records again from the next step
+    without lending, and nothing is counted as re-recorded."""
+    first = torch.compile(lambda x: ((x * 2).relu(), x + 1), mode="reduce-overhead")
+    second = torch.compile(lambda b: b * 3 - 1, mode="reduce-overhead")
+    x = torch.randn(256, 256, device=device)
+    for step in range(4):  # warmup, record, replay, then keep `a` for once
+        inductor_xpugraph.mark_step_begin()
+        a, b = first(x)
+        kept = a if step == 3 else None
+        del a  # dead when `second` is recorded: its capture may reuse the memory
+        torch.testing.assert_close(second(b), (x + 1) * 3 - 1)
+    torch.testing.assert_close(kept, (x * 2).relu())
+    assert any(node.reused_outputs for tree in all_trees() for node in tree.nodes())
+    stats = inductor_xpugraph.stats()
+    assert stats["liveness_fallbacks"] == 0, stats
+    assert stats["records"] == 2 + stats["rerecords"], stats  # only a capture made counts
+
+
 def test_a_view_of_an_earlier_output_raises(device):
     compiled = torch.compile(lambda x: (x * 2).relu(), mode="reduce-overhead")
     for _ in range(3):

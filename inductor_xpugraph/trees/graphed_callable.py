@@ -249,11 +249,7 @@ class GraphedCallable:
             if len(variants) >= config.static_input_variants:
                 tree.leave_after_liveness_failure(matching[0])
                 return self._run_eagerly(tree, args)
-            stats.counters["rerecords"] += 1
-            stats.record_event(
-                stats.EventKind.RERECORD, messages.LIVENESS_VARIANT, self.name, self.source
-            )
-            return self._record(tree, key, args)
+            return self._record(tree, key, args, rerecord_reason=messages.LIVENESS_VARIANT)
         if variants:  # recorded here, but a static input has an address no recording has
             return self._record_variant(tree, variants, key, args)
         calls = self._calls_before_record.get(key, 0)
@@ -330,16 +326,10 @@ class GraphedCallable:
                 moving = self.describe_inputs(moved + replaced)
                 span = self._new_address_sets.span()
                 return self._fall_back(messages.fallback_for_moving_inputs(moving, span), args)
-        stats.counters["rerecords"] += 1
-        stats.record_event(
-            stats.EventKind.RERECORD,
-            messages.rerecord(self._what_changed(moved, replaced)),
-            self.name,
-            self.source,
-        )
         if len(variants) >= config.static_input_variants:
             tree.evict_variant(variants[-1])  # the least recently used
-        return self._record(tree, key, args, evicted_before=seen_before)
+        reason = messages.rerecord(self._what_changed(moved, replaced))
+        return self._record(tree, key, args, evicted_before=seen_before, rerecord_reason=reason)
 
     def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
         """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``,
@@ -366,10 +356,17 @@ class GraphedCallable:
         return self.fn(args)
 
     def _record(
-        self, tree: GraphTree, key: tuple[int, ...], args: list[Any], evicted_before: bool = False
+        self,
+        tree: GraphTree,
+        key: tuple[int, ...],
+        args: list[Any],
+        evicted_before: bool = False,
+        rerecord_reason: str | None = None,
     ) -> Any:
         """Capture a new node below the current one. ``evicted_before``: what it records was
-        recorded before and dropped by the bound on variants (the thrash guard counts it)."""
+        recorded before and dropped by the bound on variants (the thrash guard counts it).
+        ``rerecord_reason``: this callable was recorded here before, and why it is again;
+        counted and said only once the capture is admitted (a refused one records nothing)."""
         path_blocks = tree.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
@@ -395,6 +392,9 @@ class GraphedCallable:
             tree.leave_for_this_generation()
             return self._run_eagerly(tree, args)
         stats.counters["records"] += 1
+        if rerecord_reason is not None:
+            stats.counters["rerecords"] += 1
+            stats.record_event(stats.EventKind.RERECORD, rerecord_reason, self.name, self.source)
         static_inputs = [StaticInput.of(args, i) for i in static]
         self._address_sets_seen.add(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references

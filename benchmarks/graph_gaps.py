@@ -15,8 +15,12 @@ the kernels around them.
 - ``--hand-capture-ours-code`` (with ``--variant ours``): then also captures, by hand in one
   ``torch.cuda.CUDAGraph`` outside the tree, the code our tree captured (the graphed
   callable's un-graphed function, with the arguments of its last warmup), and profiles its
-  replay in the same process. Gaps like the hand replay's point at how the tree captures;
-  gaps like the tree's point at the code.
+  replay in the same process.
+
+What it found (session 21) is explained by ``graph_count_gaps.py`` (session 22): from a
+process's fourth graph instantiation on, every graph idles about 0.35 µs more between
+kernels. The trees' graphs run the same kernel nodes as the hand replay; compare them with
+``latency.py``'s ``hand_replay_4th_graph``, not with a process that has a single graph.
 
 CUDA only.
 """

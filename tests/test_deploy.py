@@ -7,6 +7,7 @@ Four ways to ship compiled code: our export (``standalone_compile`` artifacts),
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -153,6 +154,48 @@ def test_static_inputs_of_an_export_are_read_in_place_and_a_new_weight_records_a
     (out,) = fn(x, w1_elsewhere, w2)
     torch.testing.assert_close(out, mlp(x, w1_elsewhere, w2))
     assert inductor_xpugraph.stats()["rerecords"] == 1
+
+
+@pytest.mark.parametrize(
+    "position, given, message",
+    [
+        (0, torch.randn(6, 16), "input 0 is a float32 tensor on cpu, shape (6, 16)"),
+        (0, torch.randn(1, 16), "shape (1, 16)"),  # copying it would broadcast, silently
+        (0, torch.randn(8, 16, dtype=torch.float64), "input 0 is a float64 tensor"),
+        (1, "view", "input 1 is a float32 tensor on cpu, shape (32, 8)"),  # the same address
+        (2, torch.randn(4, 16).t(), "strides (1, 16)"),
+        (2, 3, "input 2 is the number 3"),
+    ],
+)
+def test_a_loaded_export_called_with_inputs_it_was_not_compiled_for_raises_naming_them(
+    tmp_path, position, given, message
+):
+    """An export is compiled (and its graph captured) for its example inputs. A weight
+    passed at its address as another shape would be read with the old one by the graph, a
+    smaller input would be broadcast into the graph's buffer: each raises instead, before
+    anything runs, naming the input, and the next right call replays."""
+    inductor_xpugraph.disable("cpu")
+    export(mlp, example_inputs(), tmp_path / "mlp", static_inputs=(1, 2))
+    inductor_xpugraph.reset()
+    fn = load(tmp_path / "mlp")
+    inputs = example_inputs()
+    for _ in range(3):
+        fn(*inputs)
+    wrong = list(inputs)
+    wrong[position] = inputs[1].view(32, 8) if isinstance(given, str) else given
+    stats = inductor_xpugraph.stats()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fn(*wrong)
+    assert inductor_xpugraph.stats() == stats  # nothing ran
+    (out,) = fn(*inputs)
+    torch.testing.assert_close(out, mlp(*inputs))
+    assert inductor_xpugraph.stats()["replays"] == stats["replays"] + 1
+
+
+def test_a_loaded_export_called_with_too_few_inputs_says_how_many_it_takes(exported):
+    fn = load(exported)
+    with pytest.raises(ValueError, match="called with 2 inputs; the export takes 3"):
+        fn(*example_inputs()[:2])
 
 
 @pytest.mark.parametrize(
@@ -462,6 +505,7 @@ def test_describe_of_an_unpacked_export_names_the_module_to_run(unpacked_export)
         ("'graphs' is None, not a list", lambda m: m.update(graphs=None)),
         ("graphs\\[0\\]\\['name'\\] is None", lambda m: m["graphs"][0].update(name=None)),
         ("manifest version '1'", lambda m: m.update(manifest_version="1")),
+        ("inputs\\[1\\] is", lambda m: m["inputs"][1].update(dtype="float99")),
     ],
 )
 def test_every_manifest_fault_is_an_artifact_error_from_load_and_inspect(

@@ -149,8 +149,9 @@ _DEVICE = operator.attrgetter("device")
 def _describe_input(entry: dict[str, Any]) -> str:
     if "value" in entry:
         return f"the number {entry['value']!r}"
-    shape, stride = tuple(entry["shape"]), tuple(entry["stride"])
-    return f"a {entry['dtype']} tensor on {entry['device']}, shape {shape}, strides {stride}"
+    shape, stride, dtype = tuple(entry["shape"]), tuple(entry["stride"]), entry["dtype"]
+    article = "an" if dtype[0] in "aeiou" else "a"  # an int64, a float32
+    return f"{article} {dtype} tensor on {entry['device']}, shape {shape}, strides {stride}"
 
 
 def export(

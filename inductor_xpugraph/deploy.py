@@ -71,8 +71,13 @@ class ArtifactError(RuntimeError):
 class InputSignature:
     """The caller's inputs an export was compiled for: each tensor's shape, strides, dtype and
     device, each number's value (other objects are not checked). ``check`` runs at every
-    call of a loaded export, before anything else: one comparison of lists when the inputs
-    match, an explanation when they do not."""
+    call of a loaded export, before anything else.
+
+    The check in Python (``_check_in_python``) decides. It costs about 0.4 µs per tensor, so
+    once a call passes it, a C++ ``TensorGuards`` of that call's tensors (Dynamo's: sizes,
+    strides, dtype, device, requires_grad, dispatch keys) answers for the next calls whose
+    tensors match it exactly, at about 0.05 µs per tensor. It accepts a subset of what the
+    Python check accepts; anything it does not accept goes back to the Python check."""
 
     def __init__(self, entries: list[dict[str, Any] | None]) -> None:
         self.entries = entries
@@ -85,6 +90,8 @@ class InputSignature:
             [torch.device(e["device"]) for e in tensors],
             [entries[i]["value"] for i in self._numbers],
         )
+        self._only_tensors = len(self._tensors) == len(entries)
+        self._same_as_verified: Any = None  # a TensorGuards of the last call that passed
 
     @staticmethod
     def of(example_inputs: Sequence[Any]) -> InputSignature:
@@ -103,6 +110,25 @@ class InputSignature:
         return InputSignature([entry(value) for value in example_inputs])
 
     def check(self, args: Sequence[Any]) -> None:
+        if self._same_as_verified is not None and len(args) == len(self.entries):
+            tensors = args if self._only_tensors else [args[i] for i in self._tensors]
+            try:
+                if self._same_as_verified.check(*tensors) and (
+                    self._only_tensors or [args[i] for i in self._numbers] == self._expected[3]
+                ):
+                    return
+            except TypeError:  # a tensor's place holds something else
+                pass
+        self._check_in_python(args)
+        if _TensorGuards is not None:
+            tensors = [args[i] for i in self._tensors]
+            self._same_as_verified = _TensorGuards(
+                *tensors,
+                dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                dynamic_dims_strides=[list(t.stride()) for t in tensors],
+            )
+
+    def _check_in_python(self, args: Sequence[Any]) -> None:
         try:
             if len(args) == len(self.entries):
                 tensors = [args[i] for i in self._tensors]
@@ -142,6 +168,12 @@ class InputSignature:
         return f"inductor_xpugraph.deploy: the inputs differ from the export's ({advice})"
 
 
+# Private (tests/test_torch_private_apis.py lists it); without it every call takes the
+# Python check.
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:
+    _TensorGuards = None
 _SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
 _DEVICE = operator.attrgetter("device")
 

@@ -192,6 +192,22 @@ def test_a_loaded_export_called_with_inputs_it_was_not_compiled_for_raises_namin
     assert inductor_xpugraph.stats()["replays"] == stats["replays"] + 1
 
 
+def test_a_loaded_export_accepts_inputs_that_differ_only_in_what_it_was_not_compiled_for(
+    exported,
+):
+    """The check looks at shapes, strides, dtypes and devices: a batch made under
+    ``torch.inference_mode()`` (other dispatch keys than the example's) is accepted, before
+    and after calls with ordinary tensors, and gives the same result."""
+    fn = load(exported)
+    inputs = example_inputs()
+    with torch.inference_mode():
+        batch = inputs[0].clone()
+    for x in (inputs[0], batch, inputs[0], batch):
+        out = fn(x, *inputs[1:])
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        torch.testing.assert_close(out, mlp(*inputs))
+
+
 def test_a_loaded_export_called_with_too_few_inputs_says_how_many_it_takes(exported):
     fn = load(exported)
     with pytest.raises(ValueError, match="called with 2 inputs; the export takes 3"):

@@ -51,6 +51,8 @@ PRIVATE_APIS = [
     "torch._C._storage_Use_Count",
     "torch.UntypedStorage._new_with_weak_ptr",
     "torch.utils.cpp_extension._get_build_directory",
+    # deploy.py: a loaded export's input check in C++; without it, the check in Python
+    "torch._C._dynamo.guards.TensorGuards",
 ]
 
 # trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.

@@ -85,11 +85,12 @@ class InputSignature:
         self._tensors = [i for i, entry in enumerate(entries) if entry and "shape" in entry]
         self._numbers = [i for i, entry in enumerate(entries) if entry and "value" in entry]
         tensors = [entries[i] for i in self._tensors]
+        self._expected_numbers = [entries[i]["value"] for i in self._numbers]
         self._expected = (
             [(torch.Size(e["shape"]), getattr(torch, e["dtype"])) for e in tensors],
             [tuple(e["stride"]) for e in tensors],
             [torch.device(e["device"]) for e in tensors],
-            [entries[i]["value"] for i in self._numbers],
+            self._expected_numbers,
         )
         self._only_tensors = len(self._tensors) == len(entries)
         self._same_as_verified: Any = None  # a TensorGuards of the last call that passed
@@ -115,19 +116,13 @@ class InputSignature:
             tensors = args if self._only_tensors else [args[i] for i in self._tensors]
             try:
                 if self._same_as_verified.check(*tensors) and (
-                    self._only_tensors or [args[i] for i in self._numbers] == self._expected[3]
+                    self._only_tensors or [args[i] for i in self._numbers] == self._expected_numbers
                 ):
                     return
             except TypeError:  # a tensor's place holds something else
                 pass
         self._check_in_python(args)
-        if _TensorGuards is not None:
-            tensors = [args[i] for i in self._tensors]
-            self._same_as_verified = _TensorGuards(
-                *tensors,
-                dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                dynamic_dims_strides=[list(t.stride()) for t in tensors],
-            )
+        self._same_as_verified = _guard_of([args[i] for i in self._tensors])
 
     def _check_in_python(self, args: Sequence[Any]) -> None:
         try:
@@ -175,6 +170,22 @@ try:
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 except ImportError:
     _TensorGuards = None
+
+
+def _guard_of(tensors: list[torch.Tensor]) -> Any:
+    """A ``TensorGuards`` that accepts exactly these tensors' metadata (None without one)."""
+    if _TensorGuards is None:
+        return None
+    try:
+        return _TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        )
+    except Exception:  # a tensor it cannot describe: the Python check answers every call
+        return None
+
+
 _SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
 _DEVICE = operator.attrgetter("device")
 

@@ -319,6 +319,16 @@ def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any])
     else:
         try:
             gm = make_fx(fn, tracing_mode="fake")(*example_inputs)
+        except NotImplementedError as error:
+            if "argument of type" not in str(error):
+                raise
+            # fx met an object it cannot put in a graph: a returned cache object, typically
+            raise ValueError(
+                f"inductor_xpugraph.export: fn returns or builds something that is not a "
+                f"tensor ({error}). An export returns tensors (one, or a tuple, list or dict of "
+                f"them): return those you need, e.g. out.last_hidden_state, or, for a Hugging "
+                f"Face model, call it with use_cache=False so that it returns no cache object."
+            ) from error
         except Exception as error:
             if "FakeTensor" not in str(error):
                 raise

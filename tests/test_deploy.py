@@ -254,6 +254,22 @@ def test_export_of_a_function_reading_a_weight_says_to_pass_it_as_an_input(tmp_p
     assert not (tmp_path / "closure").exists()
 
 
+class _Cache:
+    """An object a model returns beside its tensors (as Hugging Face models return a cache)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def test_export_of_a_function_returning_a_non_tensor_says_to_return_tensors(tmp_path):
+    def fn(x):
+        return x + 1, _Cache(x * 2)
+
+    with pytest.raises(ValueError, match="returns or builds something that is not a tensor"):
+        export(fn, [torch.randn(3)], tmp_path / "fn")
+    assert not (tmp_path / "fn").exists()  # nothing written
+
+
 def test_a_graph_traced_with_its_weights_exports_them_and_load_passes_them(tmp_path):
     """A graph traced with real tensors holds the weights as constants; ``standalone_compile``
     would make them inputs the caller does not pass. The export saves them and lifts them

@@ -304,8 +304,9 @@ def _traced_with_fake_tensors(fn: Callable[..., Any], example_inputs: list[Any])
     environment there, and without one torch 2.15 bypasses the cache its artifact is made
     from ("CompiledArtifact has no artifact to serialize"). A graph module that already
     carries fake values with a shape environment (Dynamo's, ``make_fx(...,
-    tracing_mode="fake"/"symbolic")``) is kept as it is, with its symbolic sizes; one traced
-    with real tensors carries fake values without one, and is traced again."""
+    tracing_mode="fake"/"symbolic")``) is kept as it is (``export`` then specializes it on
+    the example inputs); one traced with real tensors carries fake values without one, and
+    is traced again."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -13,7 +13,8 @@ the process has instantiated at most three graphs, and 0.42-0.45 µs from the fo
 every graph of the process, including those instantiated before; kept or destroyed, empty or
 not, in a pool of their own or a shared one, in "global" or "thread_local" capture mode, all
 the same. ResNet-18's replay then idles about 20 µs more per call (32.5 against 13.1). The
-gap does not come back down. Session 21 had put the trees' extra idle time on the code
+gap does not come back down. (The count is of the graphs this script made; torch may have
+made one while compiling.) Session 21 had put the trees' extra idle time on the code
 Inductor compiles under reduce-overhead; it comes from this instead: our tree and upstream's
 instantiate more than three graphs in any process.
 

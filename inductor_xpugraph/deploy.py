@@ -15,6 +15,11 @@ An export is a directory:
 ``load(dir)`` checks the manifest against this process (versions, device present), copies the
 files to a private directory checking each digest (an export edited after it was made is
 refused before anything of it runs), and returns the compiled callable loaded from the copy;
+``describe(dir)`` (``python -m inductor_xpugraph inspect <dir>``) prints what it holds;
+``wrapper_modules(dir)`` lists an unpacked export's generated modules, which run directly
+(``python <module>.py``) time graph replays through Inductor's benchmark harness.
+``torch._inductor.CompiledArtifact.load(path=<dir>/artifact, format="unpacked")`` alone works
+too, without these checks.
 
 An export is compiled for its example inputs' sizes, strides, dtypes and devices (and the
 values of number inputs), as a graph is captured for one set of them: the loaded callable
@@ -24,12 +29,6 @@ by the graph with the old one, and a smaller input broadcast into its buffer, si
 Calls like the last one that passed are checked in C++ (``InputSignature``). (Symbolic sizes
 would not help: a graph replays one size, and the tree cannot see sizes read inside the
 wrapper.)
-
-``describe(dir)`` (``python -m inductor_xpugraph inspect <dir>``) prints what it holds;
-``wrapper_modules(dir)`` lists an unpacked export's generated modules, which run directly
-(``python <module>.py``) time graph replays through Inductor's benchmark harness.
-``torch._inductor.CompiledArtifact.load(path=<dir>/artifact, format="unpacked")`` alone works
-too, without these checks.
 """
 
 from __future__ import annotations

@@ -245,7 +245,10 @@ def export(
             gm,
             example_inputs,
             dynamic_shapes="from_example_inputs",
-            options={"config_patches": {"triton.cudagraphs": True}},
+            options={
+                "config_patches": {"triton.cudagraphs": True},
+                "inner_compile": _compile_with_static_inputs(static),
+            },
         )
     path.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as unpacked:
@@ -274,6 +277,23 @@ def export(
         manifest["signature"] = _signature(manifest, key_bytes)
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path
+
+
+def _compile_with_static_inputs(static: tuple[int, ...]) -> Callable[..., Any]:
+    """Inductor's ``compile_fx_inner``, told that the export's static inputs are static, as
+    Dynamo tells it of a module's parameters. A standalone compile knows of none, so Inductor
+    checked every input's alignment at each call (about 0.5 µs each: 70 µs for ResNet-18's
+    123 inputs on an H100 host); the graphs check the static ones when they record instead
+    (``GraphedCallable``). A backward graph's static inputs are Inductor's own."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    def inner_compile(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("is_backward"):
+            known = kwargs.get("static_input_idxs") or ()
+            kwargs["static_input_idxs"] = sorted({*known, *static})
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    return inner_compile
 
 
 def _checked_static_inputs(positions: Sequence[int], example_inputs: list[Any]) -> tuple:

@@ -67,7 +67,7 @@ PATCHED_CUDA_FUNCTIONS = (
 
 
 def generate_wrapper_source(
-    device: str, *, partition: bool, extension_devices: tuple[str, ...]
+    device: str, *, partition: bool, extension_devices: tuple[str, ...], static: bool = False
 ) -> str:
     """Return the Python wrapper source Inductor generates for a small graph on `device`.
 
@@ -78,13 +78,17 @@ def generate_wrapper_source(
     ``(x @ w).relu() + 1`` with ``graph_partition`` off, which gives a plain ``def call(args)``
     (with cudagraphs and ``graph_partition`` on, even a graph without CPU ops becomes
     ``partition_0`` inside a ``Runner``). ``inductor_xpugraph.enable(d)`` is called for each d in
-    `extension_devices`; an empty tuple gives stock Inductor. Runs in a fresh subprocess.
+    `extension_devices`; an empty tuple gives stock Inductor. `static=True` compiles
+    ``(x @ w).relu() + v`` instead, ``w`` and ``v`` static inputs (as an export names them),
+    ``v`` a view that starts 4 bytes into its storage. Runs in a fresh subprocess.
     """
     with tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp:
         output = Path(tmp) / "wrapper.py"
         command = [sys.executable, __file__, device, "--output", str(output)]
         if partition:
             command.append("--partition")
+        if static:
+            command.append("--static")
         command += [arg for d in extension_devices for arg in ("--extension", d)]
         env = {
             **os.environ,
@@ -169,7 +173,7 @@ class _SourceCaptured(Exception):
     """Raised from the save_output_code hook to stop before the module is imported."""
 
 
-def _capture_wrapper_source(device: str, partition: bool) -> str:
+def _capture_wrapper_source(device: str, partition: bool, static: bool) -> str:
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.exc import InductorError
     from torch._inductor.graph import GraphLowering
@@ -186,6 +190,9 @@ def _capture_wrapper_source(device: str, partition: bool) -> str:
         on_cpu = y.cpu()
         return (on_cpu @ on_cpu).to(y.device) + 1
 
+    def matmul_relu_add_static(x, w, v):
+        return (x @ w).relu() + v
+
     sources = []
 
     def save_output_code(code: str) -> None:
@@ -196,8 +203,17 @@ def _capture_wrapper_source(device: str, partition: bool) -> str:
     fn = with_cpu_matmul if partition else matmul_relu_add
     with FakeTensorMode():
         inputs = [torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)]
+        if static:
+            fn = matmul_relu_add_static
+            inputs.append(torch.randn(65, device=device).as_strided((8, 8), (8, 1), 1))
         try:
-            compile_fx(make_fx(fn)(*inputs), inputs)
+            if static:
+                import inductor_xpugraph
+
+                with inductor_xpugraph.config.patch(_export_static_inputs=(1, 2)):
+                    compile_fx(make_fx(fn)(*inputs), inputs)
+            else:
+                compile_fx(make_fx(fn)(*inputs), inputs)
         except InductorError as error:
             if not isinstance(error.inner_exception, _SourceCaptured):
                 raise
@@ -212,6 +228,7 @@ def _main() -> None:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--partition", action="store_true")
     parser.add_argument("--extension", action="append", default=[], metavar="DEVICE")
+    parser.add_argument("--static", action="store_true")
     args = parser.parse_args()
 
     _install_fake_device(args.device)
@@ -229,7 +246,7 @@ def _main() -> None:
         for device in args.extension:
             inductor_xpugraph.enable(device)
 
-    args.output.write_text(_capture_wrapper_source(args.device, args.partition))
+    args.output.write_text(_capture_wrapper_source(args.device, args.partition, args.static))
 
 
 if __name__ == "__main__":

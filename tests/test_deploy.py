@@ -351,6 +351,31 @@ def test_load_of_an_export_missing_its_artifact_says_so(exported, tmp_path):
         load(copy)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device")
+def test_a_loaded_export_given_a_weight_at_an_odd_address_raises_and_the_next_call_replays(
+    tmp_path,
+):
+    """Inductor is told that the weights are static, as it is of a compiled module's
+    parameters, so it no longer checks their alignment at each call; the graph checks them
+    on every call that does not replay, before anything runs."""
+    inputs = [t.cuda() for t in example_inputs()]
+    export(mlp, inputs, tmp_path / "mlp", static_inputs=(1, 2))
+    (graph,) = json.loads((tmp_path / "mlp" / MANIFEST).read_text())["graphs"]
+    assert graph["aligned_inputs"] == [1, 2]
+    inductor_xpugraph.reset()
+    fn = load(tmp_path / "mlp")
+    x, w1, w2 = inputs
+    for _ in range(3):
+        fn(x, w1, w2)
+    odd = torch.empty(16 * 16 + 1, device="cuda")[1:].view(16, 16).copy_(w1)
+    with pytest.raises(ValueError, match=r"input 1 \(.*\) at an address that is not a multiple"):
+        fn(x, odd, w2)
+    (out,) = fn(x, w1, w2)
+    torch.testing.assert_close(out, mlp(x, w1, w2))
+    assert inductor_xpugraph.stats()["records"] == 1
+
+
 def test_graphify_calls_are_read_with_compacted_index_runs():
     source = (
         "call = _graph_trees.graphify(call, device='cuda:0', static_inputs=(0, *range(2, 5)), "

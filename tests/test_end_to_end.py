@@ -236,3 +236,47 @@ def test_a_step_taking_another_branch_below_a_lender_records_again_without_lendi
         assert len(tree.nodes()) == 2  # `first` and `third`, recorded again in step 6
         # steps 2-3: first and second; 4-5: first (third warms up, then is refused); 7: both
         assert inductor_xpugraph.stats()["replays"] == 8
+
+
+SCALE_AND_SHIFT = """
+def call(args):
+    x, shift = args
+    out = empty_strided_cpu((8, 8), (8, 1), torch.float32) if x.is_cpu else torch.empty_like(x)
+    torch.add(x * 2, shift, out=out)
+    return [out]
+"""
+
+
+def _empty_strided_cpu(size, stride, dtype):
+    return torch.empty_strided(size, stride, dtype=dtype)
+
+
+def test_a_static_input_taken_as_aligned_at_an_odd_address_raises_and_loses_nothing(device):
+    """Inductor does not check a static input's alignment at each call (its kernels take it
+    as aligned): a call that does not replay checks it, before anything runs."""
+    from inductor_xpugraph.trees import graphify
+
+    # Written as Inductor writes a wrapper's ``call``: the emulator captures only such code.
+    module = {"torch": torch, "empty_strided_cpu": _empty_strided_cpu}
+    exec(SCALE_AND_SHIFT, module)
+    graphed = graphify(
+        module["call"],
+        device=f"{device}:0",
+        static_inputs=(1,),
+        aligned_inputs=(1,),
+        name="scale_and_shift",
+        input_names={1: "shift"},
+    )
+    storage = torch.randn(65, device=device)
+    aligned, misaligned = storage[:64].view(8, 8), storage[1:].view(8, 8)
+    x = torch.randn(8, 8, device=device)
+    for _ in range(3):  # warmup, record, replay
+        graphed([x, aligned])
+    with pytest.raises(
+        ValueError,
+        match=r"called with input 1 \(shift\) at an address that is not a multiple of 16",
+    ):
+        graphed([x, misaligned])
+    torch.testing.assert_close(graphed([x, aligned])[0], x * 2 + aligned)
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"]) == (1, 2)

@@ -169,6 +169,23 @@ def test_extension_wraps_call_in_graphify_without_partitions(device):
     assert not partition_names(source)
 
 
+def test_extension_names_the_static_inputs_the_kernels_take_as_aligned():
+    """Inductor checks no static input's alignment at each call: those aligned when it
+    compiled (``w``, not ``v``, a view 4 bytes into its storage) are named for the runtime,
+    which checks them on every call that is not a replay."""
+    source = generate_wrapper_source(
+        "cuda", partition=False, extension_devices=("cuda",), static=True
+    )
+    _, value = last_assignment(source, "call")
+    keywords = {
+        k.arg: ast.literal_eval(k.value) for k in value.keywords if k.arg.endswith("inputs")
+    }
+
+    assert keywords["static_inputs"] == (1, 2)
+    assert keywords["aligned_inputs"] == (1,)
+    assert "checked on every call that is not a replay: input 1)" in source
+
+
 @pytest.mark.parametrize("device", ["xpu", "cuda"])
 def test_extension_wraps_each_partition_in_graphify_inside_a_new_runner(device):
     source = wrapper_source(device, partition=True, extension=True)

@@ -49,6 +49,9 @@ class GraphTarget:
     # What the static, mutated and object inputs are, by position, for messages about an
     # input that moved or is written (``graph_input_names``).
     input_names: dict[int, str] = dataclasses.field(default_factory=dict)
+    # Static inputs the kernels take as aligned that Inductor does not check at each call
+    # (``assumed_aligned_inputs``): checked by the runtime on every call that does not replay.
+    aligned_inputs: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +72,7 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
     device = f"{device_type}:{device_index}"
     phase = _phase()
     static = static_input_indices()
+    aligned = assumed_aligned_inputs(static)
     # With graph partitions on, Inductor moves every device kernel that can be captured
     # into partition_N functions (CPU ops, unsafe ops, unbacked sizes stay in `call`):
     # those are what we capture. The CPU has no partitions: its whole `call` is captured.
@@ -86,7 +90,7 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
     sizes = {i for i, x in enumerate(graph.example_inputs) if isinstance(x, (int, torch.SymInt))}
     names = [None if i in sizes else name for i, name in enumerate(graph_input_names())]
     if not partitioned:
-        target = _target("call", is_tensor, graph.mutated_input_idxs, static, names)
+        target = _target("call", is_tensor, graph.mutated_input_idxs, static, names, aligned)
         return GraphPlan(device, phase, (target,), None, source)
 
     targets = []
@@ -100,8 +104,16 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
             i for i, g in enumerate(mapping) if g is not None and g in graph.mutated_input_idxs
         ]
         names_here = [names[g] if g is not None else None for g in mapping]
+        partition_aligned = [i for i, g in enumerate(mapping) if g is not None and g in aligned]
         targets.append(
-            _target(name, partition_is_tensor, partition_mutated, partition_static, names_here)
+            _target(
+                name,
+                partition_is_tensor,
+                partition_mutated,
+                partition_static,
+                names_here,
+                partition_aligned,
+            )
         )
     return GraphPlan(device, phase, tuple(targets), None, source)
 
@@ -120,6 +132,32 @@ def static_input_indices() -> tuple[int, ...]:
     if context is not None and context.fw_metadata is not None:
         static.update(context.fw_metadata.static_input_indices)
     return tuple(sorted(static))
+
+
+def assumed_aligned_inputs(static: Sequence[int]) -> frozenset[int]:
+    """The static inputs Inductor's kernels take as aligned (``ALIGNMENT`` bytes) without
+    checking them at each call, as Inductor's ``get_input_idxs_to_check`` decides: on a GPU,
+    those aligned at compile time. A replay meets them at the addresses its recording was
+    checked at; any other call may meet them elsewhere (a weight swapped for a view), where
+    the kernels would read them wrong: the runtime checks them there (``GraphedCallable``)."""
+    from torch._inductor.utils import (
+        is_gpu,
+        maybe_get_suppress_shape_guards_ctx,
+        tensor_is_aligned,
+    )
+
+    inputs = V.graph.example_inputs
+    aligned = set()
+    with maybe_get_suppress_shape_guards_ctx():
+        for i in static:
+            value = inputs[i] if i < len(inputs) else None
+            if (
+                isinstance(value, torch.Tensor)
+                and is_gpu(value.device.type)
+                and tensor_is_aligned(value)
+            ):
+                aligned.add(i)
+    return frozenset(aligned)
 
 
 def _phase() -> Phase:
@@ -212,6 +250,7 @@ def _target(
     mutated: Sequence[int],
     static: Sequence[int],
     input_names: Sequence[str | None],
+    aligned: Sequence[int] = (),
 ) -> GraphTarget:
     static_set = set(static)
     tensors = [i for i, tensor in enumerate(is_tensor) if tensor]
@@ -226,4 +265,6 @@ def _target(
     # A mutated input that is not static is only safe to capture when, at run time, it is an
     # output of an earlier graph (the graph then writes into that memory, not into a copy):
     # the runtime decides that per call.
-    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs, names)
+    aligned_set = set(aligned)
+    aligned_inputs = tuple(i for i in static_inputs if i in aligned_set)
+    return GraphTarget(name, static_inputs, copied_inputs, mutated_inputs, names, aligned_inputs)

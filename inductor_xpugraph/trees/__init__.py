@@ -44,6 +44,7 @@ def graphify(
     name: str | None = None,
     source: str | None = None,
     input_names: Mapping[int, str] | None = None,
+    aligned_inputs: Sequence[int] = (),
 ) -> GraphedCallable:
     try:
         phase = Phase(phase)
@@ -60,6 +61,7 @@ def graphify(
         name=name or getattr(fn, "__qualname__", repr(fn)),
         source=source_at_load(source),
         input_names=input_names,
+        aligned_inputs=aligned_inputs,
     )
 
 

@@ -62,6 +62,7 @@ from typing import Any
 import torch
 from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
+from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of an input
 
 from .. import config
 from . import messages, stats
@@ -121,6 +122,7 @@ class GraphedCallable:
         name: str,
         source: str | None = None,
         input_names: Mapping[int, str] | None = None,
+        aligned_inputs: Sequence[int] = (),
     ) -> None:
         self.fn = fn
         self.device = device
@@ -128,6 +130,10 @@ class GraphedCallable:
         self.id, self.name, self.phase, self.source = self.identity
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
+        # Static inputs Inductor's kernels take as aligned without checking them at each call
+        # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
+        # recording checked them; every other call checks them (``_check_alignment``).
+        self.aligned_inputs = tuple(aligned_inputs)
         # What the static, mutated and object inputs are (placeholder and first use), by
         # position, for the messages about them; codegen provides them.
         self.input_names = dict(input_names or {})
@@ -211,6 +217,16 @@ class GraphedCallable:
         self._after_run(tree)
         return outputs
 
+    def _check_alignment(self, args: list[Any]) -> None:
+        """Raise before anything runs if a static input the kernels take as aligned is not."""
+        misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
+        if misaligned:
+            raise ValueError(
+                messages.misaligned_static_inputs(
+                    self.name, self.describe_inputs(misaligned), ALIGNMENT
+                )
+            )
+
     def _positions_passed_back(self, args: list[Any]) -> tuple[int, ...]:
         if self._passed_back is None:
             self._passed_back = tuple(
@@ -225,6 +241,8 @@ class GraphedCallable:
     # -- slow paths ---------------------------------------------------------------------------
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
+        if self.aligned_inputs:
+            self._check_alignment(args)
         if self.fallen_back or tree.backend.is_capturing():
             # Un-graphed for good, or someone else is capturing: run inside their capture.
             return self.fn(args)

@@ -60,6 +60,16 @@ def unsafe_mutation(inputs: str) -> str:
     )
 
 
+def misaligned_static_inputs(graph: str, inputs: str, alignment: int) -> str:
+    return (
+        f"inductor_xpugraph: {graph} was called with {inputs} at an address that is not a "
+        f"multiple of {alignment} bytes, where Inductor compiled its kernels for an aligned "
+        f"tensor (a static input, aligned when it compiled; Inductor does not check static "
+        f"inputs at each call). Nothing ran: pass a tensor that starts on a {alignment}-byte "
+        f"boundary (a copy, with .clone(), instead of a view at an odd offset)"
+    )
+
+
 def capture_raised(error: BaseException) -> str:
     first_line = (str(error).splitlines() or [""])[0][:200]
     return (

@@ -351,6 +351,24 @@ def test_load_of_an_export_missing_its_artifact_says_so(exported, tmp_path):
         load(copy)
 
 
+def test_export_tells_inductor_its_static_inputs(tmp_path, monkeypatch):
+    """Else Inductor checks every weight's alignment at every call of the loaded function
+    (a standalone compile knows no static inputs; Dynamo tells it of a module's)."""
+    from torch._inductor import compile_fx
+
+    told = []
+    real = compile_fx.compile_fx_inner
+
+    def spy(gm, example_inputs, **kwargs):
+        told.append(tuple(kwargs.get("static_input_idxs") or ()))
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", spy)
+    inductor_xpugraph.disable("cpu")
+    export(mlp, example_inputs(), tmp_path / "mlp", static_inputs=(1, 2))
+    assert told == [(1, 2)]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device")
 def test_a_loaded_export_given_a_weight_at_an_odd_address_raises_and_the_next_call_replays(

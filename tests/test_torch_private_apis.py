@@ -35,6 +35,10 @@ PRIVATE_APIS = [
     "torch._inductor.custom_graph_pass.CustomGraphModulePass",
     "torch._guards.TracingContext.try_get",
     "torch._library.fake_class_registry.FakeScriptObject",
+    # eligibility.assumed_aligned_inputs: Inductor's own rule for inputs it takes as aligned
+    "torch._inductor.utils.is_gpu",
+    "torch._inductor.utils.tensor_is_aligned",
+    "torch._inductor.utils.maybe_get_suppress_shape_guards_ctx",
     # trees/
     "torch._dynamo.mutation_guard.GenerationTracker",
     "torch._inductor.cudagraph_trees.MarkStepBox",
@@ -51,8 +55,12 @@ PRIVATE_APIS = [
     "torch._C._storage_Use_Count",
     "torch.UntypedStorage._new_with_weak_ptr",
     "torch.utils.cpp_extension._get_build_directory",
+    "torch._inductor.utils.ALIGNMENT",  # graphed_callable: the static inputs' alignment check
     # deploy.py: a loaded export's input check in C++; without it, the check in Python
     "torch._C._dynamo.guards.TensorGuards",
+    # deploy.py: the export's static inputs told to Inductor (standalone_compile passes its
+    # options to compile_fx, whose inner_compile this is)
+    "torch._inductor.compile_fx.compile_fx_inner",
 ]
 
 # trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.

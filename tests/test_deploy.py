@@ -355,6 +355,7 @@ def test_export_tells_inductor_its_static_inputs(tmp_path, monkeypatch):
     """Else Inductor checks every weight's alignment at every call of the loaded function
     (a standalone compile knows no static inputs; Dynamo tells it of a module's)."""
     from torch._inductor import compile_fx
+    from torch._inductor.utils import fresh_cache
 
     told = []
     real = compile_fx.compile_fx_inner
@@ -365,7 +366,8 @@ def test_export_tells_inductor_its_static_inputs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compile_fx, "compile_fx_inner", spy)
     inductor_xpugraph.disable("cpu")
-    export(mlp, example_inputs(), tmp_path / "mlp", static_inputs=(1, 2))
+    with fresh_cache():  # a cache hit (an earlier export of `mlp`) would compile nothing
+        export(mlp, example_inputs(), tmp_path / "mlp", static_inputs=(1, 2))
     assert told == [(1, 2)]
 
 

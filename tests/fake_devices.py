@@ -30,6 +30,7 @@ Only inference graphs can be generated this way: fake accelerator tensors with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -201,18 +202,17 @@ def _capture_wrapper_source(device: str, partition: bool, static: bool) -> str:
 
     GraphLowering.save_output_code = save_output_code
     fn = with_cpu_matmul if partition else matmul_relu_add
+    static_inputs = contextlib.nullcontext()
     with FakeTensorMode():
         inputs = [torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)]
         if static:
+            import inductor_xpugraph
+
             fn = matmul_relu_add_static
             inputs.append(torch.randn(65, device=device).as_strided((8, 8), (8, 1), 1))
+            static_inputs = inductor_xpugraph.config.patch(_export_static_inputs=(1, 2))
         try:
-            if static:
-                import inductor_xpugraph
-
-                with inductor_xpugraph.config.patch(_export_static_inputs=(1, 2)):
-                    compile_fx(make_fx(fn)(*inputs), inputs)
-            else:
+            with static_inputs:
                 compile_fx(make_fx(fn)(*inputs), inputs)
         except InductorError as error:
             if not isinstance(error.inner_exception, _SourceCaptured):

@@ -64,6 +64,7 @@ def _spawn(worker, device_type: str, checkpointing: bool) -> None:
 def _rank_main(rank, worker, device_type, checkpointing, port):
     import inductor_xpugraph
 
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # a rank that aborts says where
     faulthandler.dump_traceback_later(RANK_DEADLINE_S, exit=True, file=sys.stderr)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     if device_type == "cuda":

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 
 import torch
@@ -25,10 +26,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import latency  # noqa: E402
 
 
-def kernels_per_call(workload: str, variant: str, calls: int) -> dict:
+def kernels_per_call(workload: str, variant: str, calls: int, export_path: str | None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    step, inputs = latency.build_step(workload, variant, "cuda", None)
+    step, inputs = latency.build_step(workload, variant, "cuda", export_path)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             step(*inputs)
@@ -57,13 +58,24 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--export-path", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(kernels_per_call(args.workload, args.child, args.calls)))
+        kernels = kernels_per_call(args.workload, args.child, args.calls, args.export_path)
+        print(json.dumps(kernels))
         return
     results = []
+    export_dir = tempfile.TemporaryDirectory()
+    export_path = os.path.join(export_dir.name, "export")
+    if "ours_deploy" in args.variants:  # exported once, in its own process, as latency.py does
+        exported = latency.run_child(
+            ["--export", args.workload, "--export-path", export_path, "--device", "cuda"]
+        )
+        if "error" in exported:
+            sys.exit(f"export of {args.workload} failed: {exported['error']}")
     for variant in args.variants:
         argv = [__file__, "--workload", args.workload, "--calls", str(args.calls)]
+        argv += ["--export-path", export_path]
         done = subprocess.run(
             [sys.executable, *argv, "--child", variant], capture_output=True, text=True
         )

@@ -5,8 +5,13 @@ Run on the GPU machine from the repository root (``--clients`` picks some; defau
 
     PYTHONPATH=. python3 benchmarks/real_clients.py [--clients generate_b1 bert_b1] [--out r.json]
 
-Each (client, variant) runs in a fresh process, so a variant's first calls, peak memory and
-failures are its own. Variants: ``eager``; ``inductor`` (default mode, no graphs);
+Each (client, variant) runs in a fresh process with an empty Inductor cache of its own, so a
+variant's first calls, peak memory and failures are its own: every row compiles and
+autotunes as a first run does. (With one cache shared, the first row to compile a kernel
+autotuned it and the later rows found it cached: on the H100 the autotuner's 50 MiB L2-flush
+buffer then landed in the first row's peak only.)
+
+Variants: ``eager``; ``inductor`` (default mode, no graphs);
 ``upstream`` (``mode="reduce-overhead"``, Inductor's CUDA Graph Trees); ``ours`` (the same
 mode with this package enabled for the device: allocator checkpointing, the cuda default)
 and ``ours_portable`` (ours with owned outputs: the strategy xpu uses). With ``--device cpu``
@@ -29,9 +34,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -317,7 +324,9 @@ def run_in_fresh_process(client: str, variant: str, device: str, calls: int | No
     command = [sys.executable, __file__, "--child", client, variant, "--device", device]
     if calls is not None:
         command += ["--calls", str(calls)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        result = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]

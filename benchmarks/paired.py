@@ -15,8 +15,10 @@ with whether both sides computed the same result after the same number of calls.
 
 ``--strategy owned`` runs ours with owned outputs (``config.allocator_checkpointing=False``,
 the strategy xpu uses). The clients are those of ``real_clients.py`` whose calls can be
-paired: the AdamW GPT-2 training step, ResNet-18 and BERT-base inference. (``generate``
-compiles inside transformers and cannot be given two implementations in one process.)
+paired: the AdamW GPT-2 training step, ResNet-18 and BERT-base inference; and the small
+models of ``latency.py`` (``*_small``), whose synchronized calls that script compares across
+processes. (``generate`` compiles inside transformers and cannot be given two
+implementations in one process.)
 """
 
 from __future__ import annotations
@@ -104,6 +106,28 @@ def bert(batch: int) -> Callable:
     return build
 
 
+def small(workload: str) -> Callable:
+    """A model of ``latency.py``'s workloads (GPT-2 4×256 on 1×32 tokens, BERT 4×128 on 2×48,
+    ResNet-18 on 1×3×64×64): calls short enough that the host's work before the launch
+    shows, compared here within one process rather than across processes."""
+
+    def build(compiled: Callable) -> Callable[[], float]:
+        import latency
+
+        make_model, make_inputs = latency.MODELS[workload]
+        torch.manual_seed(0)
+        model = make_model("cuda")
+        (x,) = make_inputs("cuda")
+
+        def first_output(x: torch.Tensor) -> torch.Tensor:
+            out = model(x)
+            return out if isinstance(out, torch.Tensor) else out[0]
+
+        return _inference(compiled, first_output, x)
+
+    return build
+
+
 def _inference(compiled: Callable, model: Callable, x: torch.Tensor) -> Callable[[], float]:
     def call() -> float:
         with torch.no_grad():
@@ -118,6 +142,9 @@ CLIENTS: dict[str, Callable[[Callable], Callable[[], float]]] = {
     "resnet18_b64": resnet18(64),
     "bert_b1": bert(1),
     "bert_b16": bert(16),
+    "gpt2_small": small("gpt2"),
+    "bert_small": small("bert"),
+    "resnet18_small": small("resnet18"),
 }
 WARMUP_CALLS = 10  # compile, warm up, record, and settle
 

@@ -50,6 +50,39 @@ def test_hf_generate_with_a_static_cache_stays_graphed_across_calls(cuda_each_st
         assert torch.equal(tokens, expected), (tokens, expected)
 
 
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+def test_hf_generate_with_one_static_cache_kept_across_calls_records_once(device):
+    """The README's lever for short requests: one ``StaticCache`` passed to every ``generate``
+    and reset between calls never moves, so the decode step records once and replays in every
+    later call. (``generate`` allocating a new cache per call records each time, and with
+    fewer than about 8 decode steps per call trips the thrash guard.)"""
+    transformers = pytest.importorskip("transformers")
+    from transformers import CompileConfig
+
+    model = small_llama(device)
+    prompt = torch.randint(1, 1000, (1, 8), device=device)
+    new_tokens, calls = 6, 12
+    config = CompileConfig(mode="reduce-overhead")
+    config._compile_all_devices = True  # the CPU emulator too
+    cache = transformers.StaticCache(config=model.config, max_cache_len=8 + new_tokens)
+
+    def generate_with_cache(**options):
+        cache.reset()
+        return model.generate(
+            prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+            past_key_values=cache, **options,
+        )  # fmt: skip
+
+    expected = generate_with_cache(disable_compile=True)
+    kept = [generate_with_cache(compile_config=config) for _ in range(calls)]
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["fallbacks"]) == (1, 0), stats
+    decode_steps = calls * (new_tokens - 1)
+    assert stats["replays"] == decode_steps - 1 - inductor_xpugraph.config.warmup_runs, stats
+    for tokens in kept:
+        assert torch.equal(tokens, expected), (tokens, expected)
+
+
 def test_torchvision_resnet18_replays_match_eager(cuda_device):
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)

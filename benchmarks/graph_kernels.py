@@ -51,6 +51,28 @@ def kernels_per_call(workload: str, variant: str, calls: int, export_path: str |
     }
 
 
+def _profile_variants(args: argparse.Namespace, export_path: str) -> list[dict]:
+    """Each variant's kernels, from a fresh process each (``ours_deploy`` loads an export
+    made first, in a process of its own, as ``latency.py`` does)."""
+    if "ours_deploy" in args.variants:
+        exported = latency.run_child(
+            ["--export", args.workload, "--export-path", export_path, "--device", "cuda"]
+        )
+        if "error" in exported:
+            sys.exit(f"export of {args.workload} failed: {exported['error']}")
+    results = []
+    for variant in args.variants:
+        argv = [__file__, "--workload", args.workload, "--calls", str(args.calls)]
+        argv += ["--export-path", export_path, "--child", variant]
+        done = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not lines:
+            results.append({"variant": variant, "error": done.stderr.strip()[-500:]})
+            continue
+        results.append(json.loads(lines[-1]))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="softmax_chain", choices=latency.WORKLOADS)
@@ -64,26 +86,8 @@ def main() -> None:
         kernels = kernels_per_call(args.workload, args.child, args.calls, args.export_path)
         print(json.dumps(kernels))
         return
-    results = []
-    export_dir = tempfile.TemporaryDirectory()
-    export_path = os.path.join(export_dir.name, "export")
-    if "ours_deploy" in args.variants:  # exported once, in its own process, as latency.py does
-        exported = latency.run_child(
-            ["--export", args.workload, "--export-path", export_path, "--device", "cuda"]
-        )
-        if "error" in exported:
-            sys.exit(f"export of {args.workload} failed: {exported['error']}")
-    for variant in args.variants:
-        argv = [__file__, "--workload", args.workload, "--calls", str(args.calls)]
-        argv += ["--export-path", export_path]
-        done = subprocess.run(
-            [sys.executable, *argv, "--child", variant], capture_output=True, text=True
-        )
-        lines = done.stdout.strip().splitlines()
-        if done.returncode != 0 or not lines:
-            results.append({"variant": variant, "error": done.stderr.strip()[-500:]})
-            continue
-        results.append(json.loads(lines[-1]))
+    with tempfile.TemporaryDirectory() as export_dir:
+        results = _profile_variants(args, os.path.join(export_dir, "export"))
     print(f"## Kernels per call — {args.workload}, {torch.cuda.get_device_name()}")
     for result in results:
         if "error" in result:

@@ -3,6 +3,7 @@ from the environment, set in code, or patched. (A module of its own because ever
 module-level value of ``config`` becomes a setting.)"""
 
 import os
+import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,8 @@ def from_environment(name: str, variable: str, default: Any) -> Any:
             if text not in _TRUE + _FALSE:
                 raise ValueError(f"accepted: {'/'.join(_TRUE + _FALSE)}")
             value: Any = text in _TRUE
+        elif isinstance(default, tuple):  # a comma-separated list
+            value = tuple(item.strip() for item in raw.split(",") if item.strip())
         else:
             value = int(text)
         return CHECKS[name](name, value)
@@ -56,6 +59,24 @@ def _positions(name: str, value: Any) -> tuple[int, ...]:
     return value
 
 
+_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
+
+
+def _op_names(name: str, value: Any) -> tuple[str, ...]:
+    """Operator names as Inductor's ``custom_should_partition_ops`` takes them:
+    ``namespace::name`` (every overload) or ``namespace::name.overload``."""
+    if isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, tuple) or not all(
+        isinstance(op, str) and _OP_NAME.match(op) for op in value
+    ):
+        raise ValueError(
+            f"inductor_xpugraph.config.{name} must be a tuple of operator names such as "
+            f"'aten::_scaled_dot_product_flash_attention' or 'mylib::op.default', got {value!r}"
+        )
+    return value
+
+
 # Each setting's check, applied when it is read from the environment, set or patched.
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "warmup_runs": _integer(1),
@@ -67,6 +88,9 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "pending_backward_records_limit": _integer(1),
     "allocator_checkpointing": _boolean,
     "debug_checks": _boolean,
+    "capture_failure_raises": _boolean,
+    "never_capture_ops": _op_names,
+    "allow_capture_ops": _op_names,
     "_export_static_inputs": _positions,  # set by deploy.export only; no environment variable
 }
 

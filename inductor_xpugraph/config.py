@@ -67,6 +67,29 @@ allocator_checkpointing: bool = _from_environment(
     "allocator_checkpointing", "INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING", True
 )
 
+# A capture that fails (a device that cannot record an op the code runs, such as an Intel
+# GPU's SYCL Graph refusing a fused attention kernel) never fails the call: that call runs
+# un-graphed with its own arguments, the callable runs un-graphed from then on, and the
+# device's message is logged once and counted (``stats()``'s "capture_failures"). True gives
+# the caller the capture's error instead (the callable still runs un-graphed after it).
+capture_failure_raises: bool = _from_environment(
+    "capture_failure_raises", "INDUCTOR_XPUGRAPH_CAPTURE_FAILURE_RAISES", False
+)
+
+# Operators never captured, on every device, in addition to the device's own list of what its
+# graphs cannot record (``trees.backends.unrecordable_ops``): Inductor partitions the graph
+# around them, so the rest is still graphed. Names as Inductor's
+# ``custom_should_partition_ops`` takes them: "namespace::op" or "namespace::op.overload"; the
+# environment variable takes a comma-separated list.
+never_capture_ops: tuple = _from_environment(
+    "never_capture_ops", "INDUCTOR_XPUGRAPH_NEVER_CAPTURE_OPS", ()
+)
+# Operators of a device's own do-not-capture list that are captured anyway: where a newer
+# driver records them (``python -m inductor_xpugraph doctor`` tries each on this machine).
+allow_capture_ops: tuple = _from_environment(
+    "allow_capture_ops", "INDUCTOR_XPUGRAPH_ALLOW_CAPTURE_OPS", ()
+)
+
 # Check, around every call of a graph loaded while this is on, that no output the caller
 # still holds from earlier in the step changed (trees.debug_checks): costs a copy and a
 # comparison per live output per call. For debugging suspected corruption, off by default.

@@ -11,6 +11,7 @@ import weakref
 
 import pytest
 
+from inductor_xpugraph.trees.backends import device_graphs
 from inductor_xpugraph.trees.backends.device_graphs import DeviceGraphBackend
 
 _module_ids = itertools.count()
@@ -42,17 +43,24 @@ class ScriptedGraph:
         if not device.keep_failing:
             device.fail = None
 
+    def register_generator_state(self, generator) -> None:
+        self.device.log.append(f"graph registers {generator}")
+
     def capture_begin(self, pool=None, capture_error_mode=None) -> None:
         self.device.generator_capturing = True  # register_graph + capture_prologue
         pool = object() if pool is None else pool  # a private pool of its own
         self.device.begin_allocate_to_pool(pool)
         self.pool = pool
-        if self.fail == "begin":  # cudaStreamBeginCapture failed
+        if self.fail == "begin":  # cudaStreamBeginCapture / SYCL begin_recording failed
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
         self.device.capturing_on = self.device.current
         self.device.log.append(f"capture begins on {self.device.current.name}")
 
     def capture_end(self) -> None:
+        if self.device.order == "xpu" and self.fail == "end":
+            # XPUGraph: end_recording raised; the queue may still record, nothing below ran.
+            self.device.log.append("recording fails to end")
+            raise RuntimeError("end_recording: failed due to a previous error during recording")
         self.device.capturing_on = None
         self.device.log.append("capture ends")
         if self.fail == "end":  # cudaStreamEndCapture failed: nothing below ran
@@ -68,11 +76,29 @@ class ScriptedGraph:
             self.device.release_pool(0, self.pool)
 
 
+class ScriptedGenerator:
+    """A default generator: ``clone_state`` gives a state outside capture mode, and
+    ``graphsafe_set_state`` makes it the generator's (torch's generator states)."""
+
+    def __init__(self, device: ScriptedDevice) -> None:
+        self.device = device
+
+    def clone_state(self) -> str:
+        return "a cloned state"
+
+    def graphsafe_set_state(self, state: str) -> None:
+        self.device.log.append(f"the generator takes {state}")
+        self.device.generator_capturing = False
+
+
 class ScriptedDevice:
     """The parts of ``torch.cuda``/``torch.xpu`` the backend uses, writing a log."""
 
-    def __init__(self) -> None:
+    def __init__(self, order: str = "cuda") -> None:
         self.__name__ = f"scripted_device_{next(_module_ids)}"  # streams are cached per name
+        # Whose order of operations a failed capture_end follows: "cuda" or "xpu".
+        self.order = order
+        self.default_generators = [ScriptedGenerator(self)]
         self.log: list[str] = []
         self.current = ScriptedStream(self, "caller")
         self.capturing_on: ScriptedStream | None = None
@@ -137,9 +163,11 @@ class ScriptedDevice:
             raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
 
 
-@pytest.fixture
-def device():
-    return ScriptedDevice()
+@pytest.fixture(params=["cuda", "xpu"])
+def device(request, monkeypatch):
+    # Which devices cannot record is process-wide: each test starts with none.
+    monkeypatch.setattr(device_graphs, "_DEVICES_THAT_CANNOT_RECORD", {})
+    return ScriptedDevice(order=request.param)
 
 
 @pytest.fixture
@@ -225,16 +253,64 @@ def test_random_ops_work_after_a_failed_capture(backend, device, failure, error)
     assert device.current.name == "caller" and device.capturing_on is None
 
 
-def test_a_generator_left_in_capture_mode_is_logged_as_an_error(backend, device, caplog):
-    """When even an empty capture fails, the capture's own error is raised and the log says
-    that random ops may raise from now on."""
+@pytest.mark.parametrize("failure", ["begin", "end"])
+def test_a_device_that_cannot_record_is_given_up_with_its_generator_usable(
+    backend, device, failure, caplog
+):
+    """When even the empty repair capture fails (a driver without graph support), the device
+    is marked as unable to record, said once, and the default generator, left in capture
+    mode by the failed ``capture_begin``, gets a state outside it: random ops work."""
     pool = backend.new_pool()
-    device.fail, device.keep_failing = "end", True
-    with pytest.raises(RuntimeError, match="previous error during capture"):
+    device.fail, device.keep_failing = failure, True
+    with pytest.raises(RuntimeError):
         backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
-    assert "random number generator may still be in capture mode" in caplog.text
-    with pytest.raises(RuntimeError, match="Offset increment"):
-        device.random_op()
+    assert backend.cannot_record is not None
+    assert caplog.text.count("cannot record graphs in this process") == 1
+    device.random_op()
+    assert device.routing == [] and device.holds[pool.handle] == 1
+
+
+def test_a_pool_that_cannot_be_made_gives_the_device_up(backend, device):
+    """The pool's keeper is the first capture a tree makes: on a device that cannot record,
+    it fails first, and leaves no routing, no poisoned generator."""
+    device.fail, device.keep_failing = "begin", True
+    with pytest.raises(RuntimeError, match="not permitted"):
+        backend.new_pool()
+    assert backend.cannot_record.startswith("RuntimeError: CUDA error: operation not permitted")
+    assert device.routing == []
+    device.random_op()
+
+
+def test_a_capture_stream_left_recording_is_replaced(backend, device):
+    """XPU's ``capture_end`` raises from ``end_recording``, which may leave the queue
+    recording: later work and captures go to a new capture stream, and the caller's stream
+    never waits on the one left recording."""
+    pool = backend.new_pool()
+    left = backend.capture_stream
+    device.fail = "end"
+    with pytest.raises(RuntimeError):
+        backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
+    replaced = backend.capture_stream is not left
+    assert replaced == (device.order == "xpu")
+    if replaced:
+        assert device.log[-1] == f"caller waits for {backend.capture_stream.name}"
+    graph, outputs = backend.capture(run_on_current_stream(device, "next"), [], pool, lambda a: 0)
+    assert outputs == ["next output"] and backend.cannot_record is None
+    device.random_op()
+
+
+def test_a_generator_input_is_registered_with_its_graph(backend, device):
+    """A ``torch.Generator`` the code draws from gets fresh numbers at each replay only when
+    its graph knows it (upstream's trees register theirs too)."""
+    import torch
+
+    generator = torch.Generator()
+    backend.device_type = "cpu"  # the generator's device
+    pool = backend.new_pool()
+    device.log.clear()
+    backend.capture(run_on_current_stream(device, "code"), [generator, 3], pool, lambda a: 0)
+    assert device.log[0] == f"graph registers {generator}"
+    assert device.log.index("capture begins on capture") > 0
 
 
 @pytest.mark.parametrize(

@@ -243,8 +243,9 @@ class GraphedCallable:
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         if self.aligned_inputs:
             self._check_alignment(args)
-        if self.fallen_back or tree.backend.is_capturing():
-            # Un-graphed for good, or someone else is capturing: run inside their capture.
+        if self.fallen_back or tree.backend.is_capturing() or tree.backend.cannot_record:
+            # Un-graphed for good (here, or on the whole device), or someone else is
+            # capturing: run inside their capture.
             return self.fn(args)
         if tree.current is tree.off_tree:  # this generation has left the tree
             return self._run_eagerly(tree, args)
@@ -409,10 +410,6 @@ class GraphedCallable:
         if tree.pending_backward and not self._may_record_below_itself(tree):
             tree.leave_for_this_generation()
             return self._run_eagerly(tree, args)
-        stats.counters["records"] += 1
-        if rerecord_reason is not None:
-            stats.counters["rerecords"] += 1
-            stats.record_event(stats.EventKind.RERECORD, rerecord_reason, self.name, self.source)
         static_inputs = [StaticInput.of(args, i) for i in static]
         self._address_sets_seen.add(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references
@@ -425,10 +422,11 @@ class GraphedCallable:
         try:
             graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
         except Exception as error:
-            # The error is the caller's (as without graphs); the process stays usable.
-            self.fallen_back = True
-            stats.record_skip(messages.capture_raised(error), self.name, self.source)
-            raise
+            return self._capture_failed(tree, error, capture_args)
+        stats.counters["records"] += 1
+        if rerecord_reason is not None:
+            stats.counters["rerecords"] += 1
+            stats.record_event(stats.EventKind.RERECORD, rerecord_reason, self.name, self.source)
         recording = Recording(
             graph,
             static_inputs=static_inputs,
@@ -451,6 +449,23 @@ class GraphedCallable:
         tree.enter(node)
         tree.replayed_nodes.append(node)
         return outputs
+
+
+    def _capture_failed(self, tree: GraphTree, error: Exception, args: list[Any]) -> Any:
+        """The device refused to record this callable (SYCL Graph records less than a CUDA
+        capture does): the call runs un-graphed with its own arguments, which the tree gave
+        back, and so does every later call; said once, counted every time. The tree records
+        its other graphs again from a fresh pool from its next generation
+        (``GraphTree.start_over``). With ``config.capture_failure_raises`` the caller gets
+        the device's error instead, as before a graph existed."""
+        self.fallen_back = True
+        raises = config.capture_failure_raises
+        stats.counters["capture_failures"] += 1
+        reason = messages.capture_failed(tree.device, error, raises)
+        stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
+        if raises:
+            raise error
+        return self._run_eagerly(tree, args)
 
 
 class ReleaseHandle:

@@ -7,19 +7,22 @@ would overwrite them. The runtime's safety argument (``tree``) needs exactly tha
 more: a node's outputs are only valid in a generation whose path runs through it, and older
 generations' outputs are invalidated. Two strategies give it:
 
-``OwnedOutputs`` (portable, the only one on xpu; cuda with
-``config.allocator_checkpointing=False``): every node keeps its output memory allocated for
-as long as it exists, except what it lends (below). No allocator support is needed, and a
-capture can only use memory no node holds. Cost: outputs of sibling branches (another shape,
-eval after train, another graph-break path) never share memory.
+``OwnedOutputs`` (portable: any backend; the one on xpu where torch has no XPU allocator
+checkpointing, torch 2.11-2.14; elsewhere with ``config.allocator_checkpointing=False``):
+every node keeps its output memory allocated for as long as it exists, except what it lends
+(below). No allocator support is needed, and a capture can only use memory no node holds.
+Cost: outputs of sibling branches (another shape, eval after train, another graph-break path)
+never share memory.
 
-``CheckpointedPool`` (cuda, default there): only the nodes of one path, the *pool path*, own
-their output memory; outputs of other nodes are unowned storages over memory the allocator
-sees as free. Before a capture below node N, the pool path moves to root..N: owners of nodes
-leaving it are freed, and the allocator's bookkeeping is restored to the checkpoint taken
-right after N's own capture (``_cuda_setCheckpointPoolState``), which re-allocates the
-outputs of the nodes joining it, with fresh owners. Siblings therefore share memory, which
-is safe because two siblings never run in one generation.
+``CheckpointedPool`` (the default where the backend's allocator can checkpoint a pool: cuda,
+and xpu on a torch with the ``_xpu_*`` checkpoint bindings, 2.15; see
+``backends.allocator_checkpoints``): only the nodes of one path, the *pool path*, own their
+output memory; outputs of other nodes are unowned storages over memory the allocator sees as
+free. Before a capture below node N, the pool path moves to root..N: owners of nodes leaving
+it are freed, and the allocator's bookkeeping is restored to the checkpoint taken right after
+N's own capture (``_cuda_setCheckpointPoolState``, on xpu ``_xpu_setCheckpointPoolState``),
+which re-allocates the outputs of the nodes joining it, with fresh owners. Siblings therefore
+share memory, which is safe because two siblings never run in one generation.
 
 Reuse within a step (both strategies): the memory of an output of the path that is dead by
 the time a node is captured can serve that capture, as it would without graphs.
@@ -125,8 +128,9 @@ class _PathReuse:
         for output in self._freed_for_capture:
             self._free(output)
 
-    def lend_inputs(self, args: list[Any]) -> None:
-        """Hand the capture the owners of path outputs that only ``args`` reference.
+    def lend_inputs(self, args: list[Any]) -> list[int]:
+        """Hand the capture the owners of path outputs that only ``args`` reference; return
+        the positions of the arguments lent.
 
         Each such argument is replaced by a tensor over its output's owning storage, and the
         strategy drops its own reference: the memory is freed when the captured code drops
@@ -147,6 +151,7 @@ class _PathReuse:
                 self._lent_args.extend(
                     ConsumedInput(arg_index, block, *layout) for arg_index, *layout in arg_layouts
                 )
+        return [lent.index for lent in self._lent_args]
 
     def settle_loans(self) -> frozenset[int]:
         """After the capture: an owner it dropped was consumed, one still alive is ours again.
@@ -165,6 +170,18 @@ class _PathReuse:
         self._loans = []
         self._lent_args = [arg for arg in self._lent_args if arg.block.address in consumed]
         return frozenset(consumed)
+
+    def take_back_loans(self, args: list[Any]) -> None:
+        """After a capture that raised: put each lent argument back into ``args``, as a
+        tensor over its output's memory, for an un-graphed run of the same call, and end the
+        loans (``settle_loans``). An owner the capture dropped leaves its memory free in the
+        pool with its contents intact (a device capture executes nothing; the emulator puts
+        its inputs back), and nothing is allocated there before the next capture into that
+        pool, which the tree no longer makes (``GraphTree.start_over``)."""
+        for lent in self._lent_args:
+            args[lent.index] = lent.tensor()
+        self.settle_loans()
+        self._freed_for_capture, self._lent_args = [], []
 
     def _note_reuse(self, node: GraphNode) -> list[Output]:
         """Give the new node what its capture reused; returns those outputs."""
@@ -199,9 +216,8 @@ class OwnedOutputs(_PathReuse):
         self.pool_path = parent.path_from_root()
         self._begin_reuse(self._held() if self.lending else [])
 
-    def lend_inputs(self, args: list[Any]) -> None:
-        if self.lending:
-            super().lend_inputs(args)
+    def lend_inputs(self, args: list[Any]) -> list[int]:
+        return super().lend_inputs(args) if self.lending else []
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         for lent in self._note_reuse(node):
@@ -303,6 +319,8 @@ MemoryStrategy = OwnedOutputs | CheckpointedPool
 
 
 def memory_strategy(backend: GraphBackend) -> MemoryStrategy:
+    """Checkpoints where the backend found every checkpoint binding of its device in this
+    torch (``supports_pool_checkpoints``) and the config allows them; else owned outputs."""
     if config.allocator_checkpointing and backend.supports_pool_checkpoints:
         return CheckpointedPool(backend)
     return OwnedOutputs()

@@ -70,11 +70,47 @@ def misaligned_static_inputs(graph: str, inputs: str, alignment: int) -> str:
     )
 
 
-def capture_raised(error: BaseException) -> str:
-    first_line = (str(error).splitlines() or [""])[0][:200]
+def first_line(error: BaseException) -> str:
+    """``RuntimeError: <the first line of its message>``, for one-line messages."""
+    text = (str(error).splitlines() or [""])[0][:200]
+    return f"{type(error).__name__}: {text}"
+
+
+def capture_failed(device: str, error: BaseException, raised: bool) -> str:
+    outcome = (
+        "the error was raised (config.capture_failure_raises)"
+        if raised
+        else "that call ran un-graphed, with its result as without graphs"
+    )
     return (
-        f"its capture raised {type(error).__name__}: {first_line}; it runs un-graphed from "
-        f"its next call on"
+        f"its capture on {device} failed with {first_line(error)}; {outcome}, and it runs "
+        f"un-graphed from now on. If an operator of the graph cannot be recorded on this "
+        f"device, list it in inductor_xpugraph.config.never_capture_ops and the rest of the "
+        f"graph is captured around it"
+    )
+
+
+def device_cannot_record(device: str, reason: str) -> str:
+    return (
+        f"inductor_xpugraph: {device} cannot record graphs in this process (an empty capture "
+        f"failed with {reason}): every compiled graph on {device} runs un-graphed from now "
+        f"on, correct but without the speedup of reduce-overhead. `python -m "
+        f"inductor_xpugraph doctor` probes the device and says more"
+    )
+
+
+def generator_left_capturing(device: str, error: BaseException) -> str:
+    return (
+        f"inductor_xpugraph: after a failed capture, the {device} random number generator may "
+        f"still be in capture mode (giving it a fresh state failed with {first_line(error)}); "
+        f"random ops on {device} may raise until the process restarts"
+    )
+
+
+def capture_stream_left_recording(device: str) -> str:
+    return (
+        f"inductor_xpugraph: a failed capture left the capture stream of {device} recording; "
+        f"captures use a new stream from now on"
     )
 
 

@@ -26,6 +26,8 @@ COUNTER_NAMES = (
     "replays",
     "rerecords",
     "fallbacks",
+    # Captures that failed (the device refused to record): the call ran un-graphed.
+    "capture_failures",
     "liveness_fallbacks",
     # Blocks of graph memory still referenced when their generation ended, copied out of
     # the pool for the caller (gradients: ``GraphTree.retire_handed_out``).

@@ -268,6 +268,7 @@ class GraphTree:
             # A fresh pool too: once its last graph is gone, a device may release the old one.
             self._pool = None
             self.memory, self.next_memory = self.next_memory, None
+            self._release_dropped_pool()
         self.current = self.root
         self.pending_backward = False
         self.generation = current_generation()
@@ -388,14 +389,24 @@ class GraphTree:
         that nothing else references are lent to the capture (``memory``), and the copied
         inputs are replaced by buffers in the pool (``place_inputs``). Returns the graph,
         its outputs, and the addresses of the path outputs it consumed (freed after their
-        last use; its own outputs may lie there now).
+        last use; its own outputs may lie there now). When the capture raises, ``args``
+        holds the call's own arguments again, for an un-graphed run.
         """
         started = time.perf_counter()
-        self.memory.prepare_capture(self.current, self.pool)
-        self.memory.lend_inputs(args)
+        try:
+            self.memory.prepare_capture(self.current, self.pool)  # may make the pool
+        except BaseException:
+            self.start_over()
+            raise
+        lent = self.memory.lend_inputs(args)
+        # The call's own arguments, for an un-graphed run if the capture fails: the lent ones
+        # are not held here (the capture may free them), ``take_back_loans`` rebuilds them.
+        call_args = [None if i in lent else arg for i, arg in enumerate(args)]
         try:
             graph, outputs = self.backend.capture(fn, args, self.pool, place_inputs)
         except BaseException:
+            self.memory.take_back_loans(call_args)
+            args[:] = call_args
             self.start_over()
             raise
         consumed = self.memory.settle_loans()
@@ -546,6 +557,11 @@ class GraphTree:
             self.root.other_variants.clear()
             _unlink(nodes)
             self._start_empty()
+            self._release_dropped_pool()
+
+    def _release_dropped_pool(self) -> None:
+        if not self.backend.is_capturing():
+            self.backend.release_dropped_pools()
 
     def nodes(self) -> list[GraphNode]:
         return self.root.subtree()[1:]

@@ -32,6 +32,10 @@ class GraphBackend(abc.ABC):
     #: backend binds it once, in ``__init__``, to the cheapest function that answers.
     is_capturing: Callable[[], bool]
 
+    #: Why no graph can be recorded on this device in this process (even an empty capture
+    #: failed), or None. Every callable on the device then runs un-graphed.
+    cannot_record: str | None = None
+
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index
         #: ``(reason) -> None``, set by the tree that owns this backend: called when
@@ -64,6 +68,11 @@ class GraphBackend(abc.ABC):
         capture does not execute kernels: the returned tensors hold graph memory whose
         contents are only valid after ``graph.replay()``.
         """
+
+    def release_dropped_pools(self) -> None:
+        """Called after the tree dropped a pool, outside any capture of its own: give the
+        memory of pools no graph holds any more back to the device, where leaving it cached
+        is unsafe."""
 
     def warmup(self, fn: Callable[[list[Any]], Any], args: list[Any]) -> Any:
         """Run ``fn(args)`` un-graphed, before its capture, outside the pool."""

@@ -33,6 +33,9 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
+import torch
+
+from .. import messages
 from .base import GraphBackend
 
 log = logging.getLogger("inductor_xpugraph")
@@ -52,6 +55,12 @@ class DeviceGraphBackend(GraphBackend):
     #: into a pool and give back a capture's hold on it (``_undo_pool_routing``).
     end_allocate_to_pool: Callable[[int, Any], None]
     release_pool: Callable[[int, Any], None]
+
+    #: Give cached memory back to the device (``empty_cache``) after a pool is dropped
+    #: (``release_dropped_pools``): xpu's caching allocator of torch 2.11-2.13 frees pools
+    #: that no graph holds inside its out-of-memory retry, with a device synchronization,
+    #: even while a capture is under way; none must be left for it to find.
+    empty_cache_after_pool_drop: bool = False
 
     def new_graph(self) -> Any:
         raise NotImplementedError
@@ -93,14 +102,22 @@ class DeviceGraphBackend(GraphBackend):
     def capture_empty_graph(self, pool_handle: Any = None) -> Any:
         """Capture nothing on the capture stream (into ``pool_handle``, else a pool of its own)
         and return the graph. Besides keeping a pool alive, a capture that succeeds takes the
-        device's random number generator into capture mode and out of it again."""
+        device's random number generator into capture mode and out of it again.
+
+        When even this capture fails, the device cannot record here (a driver or device
+        without graph support): ``_stop_recording`` says so once, and the error is raised."""
         graph = self.new_graph()
-        pool = {} if pool_handle is None else {"pool": pool_handle}
+        handle = self.device_module.graph_pool_handle() if pool_handle is None else pool_handle
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "the graph is empty"
             with self.on_capture_stream():
-                graph.capture_begin(**pool, **self.capture_begin_kwargs)
-                graph.capture_end()
+                try:
+                    graph.capture_begin(pool=handle, **self.capture_begin_kwargs)
+                    graph.capture_end()
+                except BaseException as error:
+                    self._undo_pool_routing(handle)
+                    self._stop_recording(error)
+                    raise
         return graph
 
     @contextlib.contextmanager
@@ -125,6 +142,11 @@ class DeviceGraphBackend(GraphBackend):
         place_inputs: Callable[[list[Any]], None],
     ) -> tuple[Any, Any]:
         graph = self.new_graph()
+        # A torch.Generator the code draws from gets fresh numbers at each replay only when
+        # the graph knows it (the device's default generator it registers itself).
+        for arg in args:
+            if isinstance(arg, torch.Generator) and arg.device.type == self.device_type:
+                graph.register_generator_state(arg)
         # Work queued before the capture (warmup runs, input copies) must be complete. Only
         # this thread's two streams are waited for, never the device: another thread may be
         # capturing, and a device-wide synchronization would break its capture ("operation
@@ -137,7 +159,7 @@ class DeviceGraphBackend(GraphBackend):
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            with self.on_capture_stream():
+            with self.on_capture_stream(), _CAPTURES.running(self.device):
                 self._begin_capture(graph, pool)
                 try:
                     place_inputs(args)
@@ -176,47 +198,76 @@ class DeviceGraphBackend(GraphBackend):
 
     def _recover_from_failed_capture(self, pool: DevicePool) -> None:
         """After ``capture_begin`` or ``capture_end`` raised, undo what torch left in capture
-        mode: the allocator's routing into the pool (``_undo_pool_routing``) and the random
-        number generator.
+        mode: the allocator's routing into the pool (``_undo_pool_routing``), a capture
+        stream still recording, and the random number generator.
 
         The graph class puts the device's default generator into capture mode at the start
-        of ``capture_begin`` and takes it out only when ``capture_end`` succeeds; nothing else
-        does, not even destroying the graph. A generator left there makes every later random
-        op on the device raise "Offset increment outside graph capture encountered
-        unexpectedly" (on the H100, torch 2.11: a capture another thread broke poisoned the
-        process). A capture that succeeds takes it out again, so one of an empty graph runs.
+        of ``capture_begin``, before recording starts, and takes it out only when
+        ``capture_end`` succeeds; nothing else does, not even destroying the graph. A
+        generator left there makes every later random op on the device raise "Offset
+        increment outside graph capture encountered unexpectedly" (on the H100, torch 2.11:
+        a capture another thread broke poisoned the process). A capture that succeeds takes
+        it out again, so one of an empty graph runs. XPU's ``capture_end`` ends the SYCL
+        recording first and raises from there (torch's XPUGraph.cpp): a queue it leaves
+        recording is never used again (``_replace_capture_stream``). When the empty capture
+        fails too, the device cannot record at all: ``_stop_recording``.
         """
-        self._undo_pool_routing(pool)
+        self._undo_pool_routing(pool.handle)
+        if self.is_capturing():  # still on the capture stream, and it still records
+            self._replace_capture_stream()
         try:
             self.capture_empty_graph()
-        except Exception as repair_error:  # the capture's own error stays the one raised
-            log.error(
-                "after a failed capture, the %s random number generator may still be in "
-                "capture mode (an empty capture to take it out failed: %r); random ops on %s "
-                "may raise until the process restarts",
-                self.device,
-                repair_error,
-                self.device,
-            )
+        except Exception:  # said by _stop_recording; the capture's own error is raised
+            pass
 
-    def _undo_pool_routing(self, pool: DevicePool) -> None:
+    def _replace_capture_stream(self) -> None:
+        """Leave a capture stream that a failed capture left recording for a new one."""
+        log.warning(messages.capture_stream_left_recording(self.device))
+        self.capture_stream = _capture_stream(self.device_module, self.device_index, fresh=True)
+
+    def _stop_recording(self, error: BaseException) -> None:
+        """Not even an empty graph records on this device: every callable on it runs
+        un-graphed for the rest of the process (``cannot_record``), said once, and the
+        default generator, left in capture mode by the failed ``capture_begin``, is given a
+        state of its own with the same seed and offset, outside capture mode (a generator's
+        state is what enters capture mode; ``graphsafe_set_state`` swaps it)."""
+        if self.device not in _DEVICES_THAT_CANNOT_RECORD:
+            reason = messages.first_line(error)
+            _DEVICES_THAT_CANNOT_RECORD[self.device] = reason
+            log.warning(messages.device_cannot_record(self.device, reason))
+        generator = self.device_module.default_generators[self.device_index]
+        try:
+            generator.graphsafe_set_state(generator.clone_state())
+        except Exception as restore_error:
+            log.error(messages.generator_left_capturing(self.device, restore_error))
+
+    @property
+    def cannot_record(self) -> str | None:
+        return _DEVICES_THAT_CANNOT_RECORD.get(self.device)
+
+    def _undo_pool_routing(self, pool_handle: Any) -> None:
         """After ``capture_begin`` or ``capture_end`` raised: what torch left undone.
 
         ``capture_begin`` makes the allocator route the capture's allocations into the pool
         and take a hold on it; ``capture_end`` stops the routing and, once the capture has
         ended, the graph gives the hold back when destroyed. When ``cudaStreamEndCapture``
-        fails (a capture another thread broke), torch raises before either: the allocator
-        would keep checking every later allocation against a capture that no longer exists,
-        and the pool could never be freed. So: when the allocator still routes into the pool,
-        the routing is stopped and the hold given back, once, as torch's own ``use_mem_pool``
-        pairs them. When it no longer routes, torch got past that point and nothing is
-        undone: giving the hold back twice would free a pool that graphs still use.
+        fails (a capture another thread broke), or XPU's ``end_recording`` does, torch
+        raises before either: the allocator would keep checking every later allocation
+        against a capture that no longer exists, and the pool could never be freed. So: when
+        the allocator still routes into the pool, the routing is stopped and the hold given
+        back, once, as torch's own ``use_mem_pool`` pairs them. When it no longer routes,
+        torch got past that point and nothing is undone: giving the hold back twice would
+        free a pool that graphs still use.
         """
         try:
-            self.end_allocate_to_pool(self.device_index, pool.handle)
+            self.end_allocate_to_pool(self.device_index, pool_handle)
         except RuntimeError:  # "not currently recording to mempool_id"
             return
-        self.release_pool(self.device_index, pool.handle)
+        self.release_pool(self.device_index, pool_handle)
+
+    def release_dropped_pools(self) -> None:
+        if self.empty_cache_after_pool_drop:
+            _CAPTURES.when_none_running(self.device, self.device_module.empty_cache)
 
     def prepare_capture_stream(self) -> None:
         """Runs before each capture, once the capture stream has caught up with the caller."""
@@ -238,8 +289,41 @@ class DeviceGraphBackend(GraphBackend):
 _capture_streams: dict[tuple[str, int, int], Any] = {}
 
 
-def _capture_stream(module: ModuleType, device_index: int) -> Any:
+def _capture_stream(module: ModuleType, device_index: int, fresh: bool = False) -> Any:
+    """This thread's capture stream on the device (``fresh``: a new one from now on)."""
     key = (module.__name__, device_index, threading.get_ident())
-    if key not in _capture_streams:
+    if fresh or key not in _capture_streams:
         _capture_streams[key] = module.Stream(device=device_index)
     return _capture_streams[key]
+
+
+class _CapturesInFlight:
+    """Our captures under way in this process, per device: what empties a device's cache
+    waits until none is (another thread may be capturing)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def running(self, device: str) -> Iterator[None]:
+        with self._lock:
+            self._running[device] = self._running.get(device, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[device] -= 1
+
+    def when_none_running(self, device: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` now if no capture on ``device`` is under way, else not at all."""
+        with self._lock:
+            if not self._running.get(device):
+                fn()
+
+
+_CAPTURES = _CapturesInFlight()
+
+# Devices on which not even an empty graph records, with the device's words (process-wide:
+# every tree and thread on the device runs un-graphed; ``_stop_recording``).
+_DEVICES_THAT_CANNOT_RECORD: dict[str, str] = {}

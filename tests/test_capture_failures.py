@@ -107,9 +107,8 @@ def refuse(monkeypatch):
 
 def mlp(device):
     torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)
-    ).to(device)
+    layers = [torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)]
+    return torch.nn.Sequential(*layers).to(device)
 
 
 def assert_random_ops_work(device):

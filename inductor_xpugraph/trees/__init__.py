@@ -23,12 +23,8 @@ from typing import Any
 from .. import config
 from . import stats
 from .debug_checks import CheckedGraphedCallable
-from .graphed_callable import (
-    GraphedCallable,
-    PartitionlessRunner,
-    _clear_pending_backward,
-    reset_all_callables,
-)
+from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
+from .lifetime import PartitionlessRunner
 from .node import Phase
 from .source_lines import source_at_load
 from .tree import all_trees, thread_trees

@@ -32,21 +32,7 @@ input is static or an output of an earlier graph (a replay would otherwise write
 Calls made while the current stream is already being captured (by anyone) run the plain
 callable: a capture is never nested inside another.
 
-Note [What keeps a graph alive]
--------------------------------
-The recordings of a callable (graphs, output memory in the pool) live in the device tree, and
-the tree drops them when the compiled graph that runs the callable is freed. Inductor keeps
-every generated wrapper module for the life of the process (``PyCodeCache``,
-``sys.modules``), so the module cannot be what keeps them: its compiled graph
-(``CompiledFxGraph``) is, and when that is freed it deletes the module's
-``runner.partitions`` (``CompiledFxGraph.__del__``). Graphed partitions are that list's
-items, so they are freed with it. A graphed ``call``, which the module itself holds, puts a
-``ReleaseHandle`` there instead (in a module generated without partitions, a
-``PartitionlessRunner`` is that ``runner``); when it is freed, the module gets back the
-names Inductor bound. Either way the tree forgets the callable (``GraphTree.forget_callable``)
-and drops its nodes at its next generation or slow path, never inside a capture. A compiled
-graph is freed when nothing runs it any more: the model's compiled code deleted,
-``torch._dynamo.reset()`` (which drops Dynamo's caches), a loaded artifact released.
+What keeps a callable's recordings alive, and what frees them: ``lifetime``.
 """
 
 from __future__ import annotations
@@ -66,9 +52,10 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
+from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, Recording, StaticInput, input_identity
-from .tree import GraphTree, all_trees, thread_trees, tree_for
+from .tree import GraphTree, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -148,7 +135,7 @@ class GraphedCallable:
         # called in a new torch.compile invocation, it is its forward's iteration still.
         self._may_restart_generation = phase is not Phase.BACKWARD
         self.reset()
-        weakref.finalize(self, _forget_callable, self.id)
+        weakref.finalize(self, forget_callable, self.id)
         _all_callables.add(self)
 
     def release_handle(self, module_globals: dict[str, Any]) -> ReleaseHandle:
@@ -156,7 +143,7 @@ class GraphedCallable:
         and gives its module back the names Inductor bound (Note [What keeps a graph
         alive]): nothing of ours stays with a module that Inductor keeps."""
         handle = ReleaseHandle()
-        weakref.finalize(handle, _release, self, module_globals)
+        weakref.finalize(handle, release, self, module_globals)
         return handle
 
     def reset(self) -> None:
@@ -369,7 +356,7 @@ class GraphedCallable:
         """Run un-graphed from now on (the thrash guard); the tree drops this callable's
         recordings."""
         self.fallen_back = True
-        _forget_callable(self.id)
+        forget_callable(self.id)
         stats.counters["fallbacks"] += 1
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         return self.fn(args)
@@ -450,7 +437,6 @@ class GraphedCallable:
         tree.replayed_nodes.append(node)
         return outputs
 
-
     def _capture_failed(self, tree: GraphTree, error: Exception, args: list[Any]) -> Any:
         """The device refused to record this callable (SYCL Graph records less than a CUDA
         capture does): the call runs un-graphed with its own arguments, which the tree gave
@@ -466,23 +452,6 @@ class GraphedCallable:
         if raises:
             raise error
         return self._run_eagerly(tree, args)
-
-
-class ReleaseHandle:
-    """Held where Inductor frees it with the compiled graph; see ``release_handle``."""
-
-    __slots__ = ("__weakref__",)
-
-
-class PartitionlessRunner:
-    """Stands in for Inductor's ``Runner`` in a module generated without graph partitions
-    (``graph_partition`` off): ``CompiledFxGraph`` keeps the module's ``runner`` and deletes
-    its ``partitions`` when it is freed."""
-
-    recursively_apply_fns = None  # read by CompiledFxGraph; only partitions have any
-
-    def __init__(self, *partitions: Any) -> None:
-        self.partitions = list(partitions)
 
 
 def _trace_recording(graphed: GraphedCallable, tree: GraphTree, node: GraphNode) -> None:
@@ -511,20 +480,6 @@ def _trace_recording(graphed: GraphedCallable, tree: GraphTree, node: GraphNode)
 _TRACE_TAKES_COMPILE_ID = (
     "compile_id" in inspect.signature(torch._logging.trace_structured).parameters
 )
-
-
-def _release(graphed: GraphedCallable, module_globals: dict[str, Any]) -> None:
-    """The compiled graph of ``graphed`` (a module's ``call``) was freed."""
-    _forget_callable(graphed.id)
-    if module_globals.get("call") is graphed:
-        module_globals["call"] = graphed.fn
-    if isinstance(module_globals.get("runner"), PartitionlessRunner):
-        del module_globals["runner"]
-
-
-def _forget_callable(callable_id: int) -> None:
-    for tree in all_trees():
-        tree.forget_callable(callable_id)
 
 
 def _set_pending_backward(tree: GraphTree) -> None:

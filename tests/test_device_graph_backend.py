@@ -151,6 +151,9 @@ class ScriptedDevice:
     def synchronize(self, device_index: int) -> None:
         raise AssertionError("the device was synchronized: another thread's capture breaks")
 
+    def empty_cache(self) -> None:
+        self.log.append("cache emptied")
+
     def graph_pool_handle(self) -> object:
         return object()
 
@@ -358,3 +361,24 @@ def test_a_capture_broken_by_its_own_code_ends_cleanly_with_the_codes_error(back
         backend.capture(synchronizes, [], pool, lambda args: None)
     assert device.routing == [] and device.holds[pool.handle] == 1
     device.random_op()
+
+
+def test_a_dropped_pool_empties_the_cache_where_the_backend_asks_and_no_capture_runs(
+    backend, device
+):
+    """xpu's allocator (torch 2.11-2.13) frees pools no graph holds inside its out-of-memory
+    retry, even during a capture: such a backend empties its cache after dropping a pool,
+    but never while one of our captures is under way."""
+    backend.release_dropped_pools()
+    assert "cache emptied" not in device.log  # the default: cuda leaves its cache alone
+    backend.empty_cache_after_pool_drop = True
+    backend.release_dropped_pools()
+    assert device.log[-1] == "cache emptied"
+    device.log.clear()
+
+    def drops_a_pool(args):
+        backend.release_dropped_pools()
+        return []
+
+    backend.capture(drops_a_pool, [], backend.new_pool(), lambda args: None)
+    assert "cache emptied" not in device.log

@@ -518,3 +518,19 @@ def test_capture_streams_last_across_trees_and_are_one_per_device_and_thread():
     thread.start()
     thread.join()
     assert in_other_thread[0] is not first
+
+
+def test_reset_and_a_fresh_pool_let_the_backend_release_the_dropped_one(device, monkeypatch):
+    """Dropping a pool (``reset()``, a tree recording again from a fresh pool) tells the
+    backend, outside any capture: xpu empties its cache there."""
+    compiled = torch.compile(lambda x: x.sin() + 1, mode="reduce-overhead")
+    x = torch.randn(16, device=device)
+    run_three_times(compiled, lambda: x)
+    (tree,) = [t for t in all_trees() if t.nodes()]
+    released = []
+    monkeypatch.setattr(tree.backend, "release_dropped_pools", lambda: released.append(1))
+    tree.start_over()  # the next generation records from a fresh pool
+    run_three_times(compiled, lambda: x)
+    assert released == [1]
+    inductor_xpugraph.reset()
+    assert released == [1, 1]

@@ -45,6 +45,12 @@ class ModelPool:
     def new_pool(self):
         return object()
 
+    def is_capturing(self):
+        return False
+
+    def release_dropped_pools(self):
+        pass
+
     def checkpoint_pool(self, pool):
         return frozenset(self.allocated)
 

@@ -1,6 +1,7 @@
 """``python -m inductor_xpugraph demo``: see graph trees work on this machine.
 ``python -m inductor_xpugraph inspect <export>``: what a precompiled export holds (``deploy``).
-``python -m inductor_xpugraph doctor``: whether this machine's stack is right (``doctor``).
+``python -m inductor_xpugraph doctor [--device cpu]``: whether this machine's stack is right and
+its devices record graphs (``doctor``).
 
 Picks xpu, else cuda, else the CPU emulator; compiles a small model with
 ``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, the runtime
@@ -190,10 +191,10 @@ def run_and_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _doctor() -> int:
+def _doctor(args: argparse.Namespace) -> int:
     from .doctor import main
 
-    return main()
+    return main(args.device, probe=not args.no_probe, probe_timeout=args.probe_timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,9 +219,28 @@ def main(argv: list[str] | None = None) -> int:
     inspect_parser.add_argument("--no-source", action="store_true", help="omit wrapper source")
     inspect_parser.set_defaults(run=inspect_artifact)
     doctor_parser = commands.add_parser(
-        "doctor", help="check torch, the device, Triton and the extension (exit 1 on FAIL)"
+        "doctor",
+        help="check torch, the settings, the device, Triton and the extension, and whether "
+        "the device records graphs (exit 1 on FAIL)",
     )
-    doctor_parser.set_defaults(run=lambda args: _doctor())
+    doctor_parser.add_argument(
+        "--device",
+        action="append",
+        choices=("xpu", "cuda", "cpu"),
+        help="probe this device's graphs (repeatable; cpu: the CPU emulator). Default: each "
+        "available xpu and cuda device, and the emulator when INDUCTOR_XPUGRAPH_DEVICES names it",
+    )
+    doctor_parser.add_argument(
+        "--no-probe", action="store_true", help="check the installation only: capture nothing"
+    )
+    doctor_parser.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="end a device's probe after this long (default: 180)",
+    )
+    doctor_parser.set_defaults(run=_doctor)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -11,16 +11,29 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
 - the stale-output error path: torch's binding, else the C++ extension (built on first use,
   cached by torch), else copies or silently stale outputs;
 - registration: the extension is enabled for each available device (and the emulator, when
-  enabled) and Inductor would use our wrapper codegen for it.
+  enabled) and Inductor would use our wrapper codegen for it;
+- settings: each ``INDUCTOR_XPUGRAPH_*`` variable that ``import inductor_xpugraph`` reads holds
+  a value it accepts (a bad one makes the import raise ValueError);
+- graphs, per device probed (each available xpu and cuda device; the CPU emulator when
+  INDUCTOR_XPUGRAPH_DEVICES names it; or those given with ``--device``): a matmul, attention and
+  a random op captured and replayed through this project's backend, in a child process
+  (``_probe``), and each operator of the device's do-not-capture list tried there.
+
+No check raises: one that does is a FAIL line with its error.
 """
 
 from __future__ import annotations
 
 import enum
 import importlib.util
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from .trees.messages import first_line
 
 SUPPORTED_TORCH = ((2, 11), (2, 15))  # oldest and newest minor versions verified
 
@@ -74,11 +87,15 @@ _GRAPH_APIS = {"xpu": ("xpu", "XPUGraph"), "cuda": ("cuda", "CUDAGraph")}
 
 
 def available_devices() -> list[str]:
-    return [
-        device
-        for device, (module, _) in _GRAPH_APIS.items()
-        if getattr(torch, module, None) is not None and getattr(torch, module).is_available()
-    ]
+    return [device for device, (module, _) in _GRAPH_APIS.items() if _is_available(module)]
+
+
+def _is_available(module_name: str) -> bool:
+    module = getattr(torch, module_name, None)
+    try:
+        return module is not None and module.is_available()
+    except Exception:  # a broken driver: check_devices says nothing is available
+        return False
 
 
 def check_devices(devices: list[str]) -> list[Finding]:
@@ -202,24 +219,153 @@ def check_registration(devices: list[str]) -> list[Finding]:
     return findings
 
 
-def diagnose() -> list[Finding]:
+# -- settings --------------------------------------------------------------------------------------
+
+DEVICES_VARIABLE = "INDUCTOR_XPUGRAPH_DEVICES"
+
+
+def setting_variable(name: str) -> str:
+    """The environment variable of setting ``name`` of ``inductor_xpugraph.config``."""
+    return "INDUCTOR_XPUGRAPH_" + name.upper()
+
+
+def _accepted(name: str, default: object) -> str:
+    """What setting ``name`` accepts from the environment, in words."""
+    from ._settings import _FALSE, _TRUE, CHECKS
+
+    if isinstance(default, bool):
+        return "/".join(_TRUE + _FALSE)
+    if isinstance(default, tuple):
+        return "a comma-separated list of operator names (namespace::op or namespace::op.overload)"
+    try:  # each check says what it accepts: "inductor_xpugraph.config.<name> must be ..., got"
+        CHECKS[name](name, object())
+    except ValueError as refusal:
+        return str(refusal).split(" must be ", 1)[-1].rsplit(", got ", 1)[0]
+    return f"what inductor_xpugraph.config.{name} accepts"
+
+
+def bad_settings() -> dict[str, tuple[str, str]]:
+    """Per ``INDUCTOR_XPUGRAPH_*`` variable of this process whose value ``import
+    inductor_xpugraph`` refuses: why, and what it accepts."""
+    from . import _settings, config
+    from .codegen import SUPPORTED_DEVICES
+
+    environ = os.environ
+    bad = {}
+    if DEVICES_VARIABLE in environ:
+        raw = environ[DEVICES_VARIABLE]
+        names = [d.strip() for d in raw.split(",")]
+        unknown = [d for d in names if d and d not in SUPPORTED_DEVICES]
+        if unknown:
+            bad[DEVICES_VARIABLE] = (
+                f"{DEVICES_VARIABLE}={raw!r}: {', '.join(map(repr, unknown))} is not a device",
+                f"a comma-separated list of {', '.join(SUPPORTED_DEVICES)} (empty: none)",
+            )
+    for name in _settings.CHECKS:
+        variable = setting_variable(name)
+        if name.startswith("_") or variable not in environ:
+            continue
+        default = getattr(config, name)
+        try:
+            _settings.from_environment(name, variable, default)
+        except ValueError as error:
+            bad[variable] = (str(error), _accepted(name, default))
+    return bad
+
+
+def check_settings() -> list[Finding]:
+    """A FAIL per bad ``INDUCTOR_XPUGRAPH_*`` value, else an OK naming the settings given."""
+    from . import _settings
+
+    bad = bad_settings()
+    if bad:
+        return [
+            Finding(
+                "settings",
+                Status.FAIL,
+                why,
+                f"{variable} accepts {accepted}; until it is fixed or unset, import "
+                "inductor_xpugraph raises ValueError",
+            )
+            for variable, (why, accepted) in bad.items()
+        ]
+    settings = [name for name in _settings.CHECKS if not name.startswith("_")]
+    variables = [DEVICES_VARIABLE] + [setting_variable(name) for name in settings]
+    given = [f"{name}={os.environ[name]!r}" for name in variables if name in os.environ]
+    if not given:
+        return [Finding("settings", Status.OK, "defaults (no INDUCTOR_XPUGRAPH_* setting given)")]
+    return [Finding("settings", Status.OK, "valid: " + ", ".join(given))]
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def _guarded(check: str, run: Callable[[], Finding | list[Finding]]) -> list[Finding]:
+    """``run()``'s findings; a check that raises is a FAIL line, never a traceback."""
+    try:
+        found = run()
+    except Exception as error:
+        return [
+            Finding(
+                check,
+                Status.FAIL,
+                f"the check raised {first_line(error)}",
+                "an unusual installation, or a bug of the doctor: report this output",
+            )
+        ]
+    return found if isinstance(found, list) else [found]
+
+
+def _guarded_value(run: Callable[[], Any], default: Any) -> Any:
+    try:
+        return run()
+    except Exception:  # reported by the check that calls it
+        return default
+
+
+def diagnose(
+    probe_devices: list[str] | None = None,
+    probe: bool = True,
+    probe_timeout: float | None = None,
+) -> list[Finding]:
+    """Every check. ``probe_devices``: the devices whose graphs are probed (default: each
+    available device, and the CPU emulator when enabled); none when ``probe`` is False.
+    ``probe_timeout``: seconds each probe may take (``_probe_report.PROBE_TIMEOUT``)."""
+    from . import _probe_report
     from .codegen import enabled_devices
 
+    settings = _guarded("settings", check_settings)
     devices = available_devices()
+    running = {}
+    if probe:  # started first: they run while the other checks do
+        chosen = probe_devices or _probe_report.default_probe_devices()
+        leave_out = set(_guarded_value(bad_settings, {}))  # the settings line says why
+        running = _probe_report.start_probes(chosen, leave_out)
     emulator = ["cpu"] if "cpu" in enabled_devices() else []
-    return [
-        check_torch(),
-        *check_devices(devices),
-        check_triton(devices),
-        check_stale_output_errors(),
-        *check_registration(devices + emulator),
+    findings = [
+        *_guarded("torch", check_torch),
+        *settings,
+        *_guarded("device", lambda: check_devices(devices)),
+        *_guarded("triton", lambda: check_triton(devices)),
+        *_guarded("stale-output errors", check_stale_output_errors),
+        *_guarded("registration", lambda: check_registration(devices + emulator)),
     ]
+    timeout = _probe_report.PROBE_TIMEOUT if probe_timeout is None else probe_timeout
+    for device, child in running.items():
+        findings += _guarded(
+            f"graphs ({device})",
+            lambda: _probe_report.probe_findings(device, child.result(timeout)),
+        )
+    return findings
 
 
-def main() -> int:
-    import inductor_xpugraph  # noqa: F401  (registration from the environment, as a user has)
-
-    findings = diagnose()
+def main(
+    probe_devices: list[str] | None = None,
+    probe: bool = True,
+    probe_timeout: float | None = None,
+) -> int:
+    """Print one line per finding and a count; 1 when any check FAILs, else 0."""
+    findings = diagnose(probe_devices, probe, probe_timeout)
     for finding in findings:
         print(finding.line())
     failed = [f for f in findings if f.status is Status.FAIL]

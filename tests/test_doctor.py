@@ -1,6 +1,10 @@
-"""``python -m inductor_xpugraph doctor``: one line per check, exit 1 exactly when one FAILs."""
+"""``python -m inductor_xpugraph doctor``: one line per check, exit 1 exactly when one FAILs;
+a bad setting or a check that raises is a FAIL line, never a traceback. The device probe has
+tests of its own (test_doctor_probe.py)."""
 
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -8,12 +12,13 @@ import pytest
 
 import inductor_xpugraph
 from inductor_xpugraph import doctor
+from inductor_xpugraph._probe_report import default_probe_devices
 from inductor_xpugraph.doctor import Finding, Status
 
 
-def run_doctor(**env) -> subprocess.CompletedProcess:
+def run_doctor(*args, **env) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "inductor_xpugraph", "doctor"],
+        [sys.executable, "-m", "inductor_xpugraph", "doctor", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -21,7 +26,7 @@ def run_doctor(**env) -> subprocess.CompletedProcess:
 
 
 def test_doctor_exits_nonzero_exactly_when_a_check_fails():
-    result = run_doctor()
+    result = run_doctor("--no-probe")
     lines = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
     findings = lines[:-1]
     assert findings and all(line.split()[0] in ("OK", "WARN", "FAIL") for line in findings)
@@ -30,13 +35,29 @@ def test_doctor_exits_nonzero_exactly_when_a_check_fails():
     assert result.returncode == (1 if failed else 0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(doctor.available_devices()), reason="a device is present here")
-def test_doctor_without_a_device_warns_that_only_the_emulator_runs_and_succeeds():
+def test_doctor_without_a_device_warns_that_only_the_emulator_runs_and_probes_it():
     result = run_doctor(INDUCTOR_XPUGRAPH_DEVICES="cpu")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARN  device: no xpu or cuda device is available" in result.stdout
     assert "-> on an Intel GPU machine install torch's XPU build" in result.stdout
     assert "OK    registration (cpu): our wrapper codegen is in use" in result.stdout
+    assert "OK    graphs (cpu): a matmul, attention" in result.stdout
+    assert "OK    do-not-capture list (cpu): empty on this device" in result.stdout
+
+
+def test_the_emulator_is_probed_when_asked_for_or_enabled(monkeypatch):
+    monkeypatch.setattr(doctor, "available_devices", lambda: [])
+    was_enabled = "cpu" in inductor_xpugraph.enabled_devices()
+    inductor_xpugraph.disable("cpu")
+    try:
+        assert default_probe_devices() == []
+        inductor_xpugraph.enable("cpu")
+        assert default_probe_devices() == ["cpu"]
+    finally:
+        (inductor_xpugraph.enable if was_enabled else inductor_xpugraph.disable)("cpu")
+    assert main_parser_devices("doctor", "--device", "cpu") == ["cpu"]
 
 
 @pytest.mark.parametrize(
@@ -91,7 +112,8 @@ def test_stale_output_errors_have_a_path_here():
 
 def test_main_returns_one_when_any_check_fails(monkeypatch, capsys):
     failing = Finding("device", Status.FAIL, "broken", "fix it")
-    monkeypatch.setattr(doctor, "diagnose", lambda: [Finding("torch", Status.OK, "x"), failing])
+    findings = [Finding("torch", Status.OK, "x"), failing]
+    monkeypatch.setattr(doctor, "diagnose", lambda *args, **kwargs: findings)
     assert doctor.main() == 1
     out = capsys.readouterr().out
     assert "FAIL  device: broken\n      -> fix it" in out
@@ -102,3 +124,77 @@ def test_triton_missing_with_a_device_fails(monkeypatch):
     monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: None)
     assert doctor.check_triton(["xpu"]).status is Status.FAIL
     assert doctor.check_triton([]).status is Status.OK
+
+
+# -- settings: a bad value is a FAIL line, not a traceback --------------------------------------
+
+
+def test_a_bogus_device_setting_is_a_fail_line_naming_the_variable_and_what_it_accepts(
+    monkeypatch, capsys
+):
+    monkeypatch.setenv("INDUCTOR_XPUGRAPH_DEVICES", "cpu,bogus")
+    assert doctor.main(probe=False) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  settings: INDUCTOR_XPUGRAPH_DEVICES='cpu,bogus': 'bogus' is not a device\n" in out
+    assert "-> INDUCTOR_XPUGRAPH_DEVICES accepts a comma-separated list of xpu, cuda, cpu" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "accepts"),
+    [
+        ("INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0", "an integer >= 1"),
+        ("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "abc", "an integer >= 0"),
+        ("INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", "maybe", "1/true/yes/on/0/false/no/off"),
+        ("INDUCTOR_XPUGRAPH_NEVER_CAPTURE_OPS", "not an op", "a comma-separated list of operator"),
+    ],
+)
+def test_a_bad_setting_value_is_a_fail_line_with_what_it_accepts(
+    monkeypatch, variable, value, accepts
+):
+    monkeypatch.setenv(variable, value)
+    (finding,) = doctor.check_settings()
+    assert finding.status is Status.FAIL
+    assert finding.detail.startswith(f"{variable}={value!r} is not a valid value")
+    assert finding.advice.startswith(f"{variable} accepts {accepts}")
+
+
+def test_valid_settings_are_named_in_an_ok_line(monkeypatch):
+    monkeypatch.setenv("INDUCTOR_XPUGRAPH_WARMUP_RUNS", "2")
+    (finding,) = doctor.check_settings()
+    assert finding.status is Status.OK
+    assert "INDUCTOR_XPUGRAPH_WARMUP_RUNS='2'" in finding.detail
+
+
+def test_every_setting_read_from_the_environment_is_one_the_doctor_checks():
+    """The doctor finds each setting's variable by name (``setting_variable``)."""
+    source = pathlib.Path(inductor_xpugraph.config.__file__).read_text()
+    read = re.findall(r'_from_environment\(\s*"(\w+)",\s*"(\w+)"', source)
+    assert read
+    for name, variable in read:
+        assert doctor.setting_variable(name) == variable
+
+
+def test_a_check_that_raises_is_a_fail_line_not_a_traceback(monkeypatch):
+    def broken(devices):
+        raise RuntimeError("cannot read the driver\nsecond line")
+
+    monkeypatch.setattr(doctor, "check_triton", broken)
+    findings = doctor.diagnose(probe=False)
+    (triton,) = [finding for finding in findings if finding.check == "triton"]
+    assert triton.status is Status.FAIL
+    assert triton.detail == "the check raised RuntimeError: cannot read the driver"
+
+
+def main_parser_devices(*argv):
+    """The devices ``python -m inductor_xpugraph <argv>`` hands the doctor."""
+    from inductor_xpugraph import __main__
+
+    handed = {}
+    original = doctor.main
+    try:
+        doctor.main = lambda devices, **kwargs: handed.setdefault("devices", devices) and 0
+        __main__.main(list(argv))
+    finally:
+        doctor.main = original
+    return handed["devices"]

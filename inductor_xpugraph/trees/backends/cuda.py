@@ -2,7 +2,8 @@
 
 Used to validate the runtime on real hardware (NVIDIA H100/H200) side by side with upstream's
 CUDA Graph Trees. The CUDA caching allocator can checkpoint a pool, so this backend also
-offers the checkpoint operations of ``trees.memory.CheckpointedPool``.
+offers the checkpoint operations of ``trees.memory.CheckpointedPool``, over the ``_cuda_*``
+bindings (``allocator_checkpoints``, shared with xpu).
 
 cuBLAS workspaces. cuBLAS(Lt) keeps one workspace per (handle, stream): handles are per
 thread, so the main thread and autograd's each get one for our capture stream, allocated
@@ -51,6 +52,7 @@ from collections.abc import Callable
 
 import torch
 
+from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend
 
 
@@ -118,14 +120,13 @@ def _watch_workspace_clears(backend: CudaGraphBackend) -> None:
         torch._C._cuda_clearCublasWorkspaces = _clear_workspaces_and_invalidate_graphs
 
 
-class CudaGraphBackend(DeviceGraphBackend):
+class CudaGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     device_type = "cuda"
     device_module = torch.cuda
     # "thread_local": other threads may keep allocating and launching while we capture.
     capture_begin_kwargs = {"capture_error_mode": "thread_local"}
     end_allocate_to_pool = staticmethod(torch._C._cuda_endAllocateToPool)
     release_pool = staticmethod(torch._C._cuda_releasePool)
-    supports_pool_checkpoints = True
 
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)
@@ -155,24 +156,3 @@ class CudaGraphBackend(DeviceGraphBackend):
             return super().capture(fn, args, pool, place_inputs)
         finally:  # (a failed capture's graph is destroyed, which frees them as well)
             self.release_capture_stream_workspaces()
-
-    def checkpoint_pool(self, pool):
-        return torch._C._cuda_getCheckpointState(self.device_index, pool.handle)
-
-    def restore_pool(self, pool, checkpoint, new_owners):
-        stale_storages: list[int] = []  # nothing allocated now is missing from the checkpoint
-        owners = [storage._cdata for storage in new_owners]
-        torch._C._cuda_setCheckpointPoolState(self.device_index, checkpoint, stale_storages, owners)
-        if not all(torch._C._has_Standard_Deleter(owner) for owner in owners):
-            raise RuntimeError(
-                "inductor_xpugraph internal error: restoring a cuda pool checkpoint did not "
-                "re-allocate the outputs of the graphs on the path"
-            )
-
-    def free_storages(self, storages):
-        for storage in storages:
-            torch._C._free_And_Remove_DeleterFn(storage._cdata)
-
-    def pool_holds_exactly(self, pool, storages):
-        ptrs = {storage.data_ptr() for storage in storages}
-        return torch._C._cuda_checkPoolLiveAllocations(self.device_index, pool.handle, ptrs)

@@ -41,6 +41,8 @@ def from_environment(name: str, variable: str, default: Any) -> Any:
             value: Any = text in _TRUE
         elif isinstance(default, tuple):  # a comma-separated list
             value = tuple(item.strip() for item in raw.split(",") if item.strip())
+        elif isinstance(default, str):  # one of the setting's choices
+            value = text
         else:
             value = int(text)
         return CHECKS[name](name, value)
@@ -77,6 +79,18 @@ def _op_names(name: str, value: Any) -> tuple[str, ...]:
     return value
 
 
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if value not in choices:
+            raise ValueError(
+                f"inductor_xpugraph.config.{name} must be one of "
+                f"{', '.join(repr(choice) for choice in choices)}, got {value!r}"
+            )
+        return value
+
+    return check
+
+
 # Each setting's check, applied when it is read from the environment, set or patched.
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "warmup_runs": _integer(1),
@@ -92,6 +106,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "never_capture_ops": _op_names,
     "allow_capture_ops": _op_names,
     "_export_static_inputs": _positions,  # set by deploy.export only; no environment variable
+    "xpu_graph_api": _choice("xpu", "accelerator"),
 }
 
 

@@ -59,10 +59,11 @@ pending_backward_records_limit: int = _from_environment(
     "pending_backward_records_limit", "INDUCTOR_XPUGRAPH_PENDING_BACKWARD_RECORDS_LIMIT", 64
 )
 
-# Where the backend's allocator can checkpoint a pool (cuda), let sibling branches of a tree
-# share memory (trees.memory.CheckpointedPool). False keeps every graph's outputs allocated
-# for its whole life ("owned outputs"): the portable strategy, the only one on xpu; turn this
-# off on cuda to measure it. Read when a device's tree is created or reset.
+# Where the backend's allocator can checkpoint a pool (cuda; xpu where torch has the
+# ``_xpu_*`` checkpoint bindings, torch 2.15), let sibling branches of a tree share memory
+# (trees.memory.CheckpointedPool). False keeps every graph's outputs allocated for its whole
+# life ("owned outputs"): the portable strategy, the one on xpu without those bindings; turn
+# this off to measure it. Read when a device's tree is created or reset.
 allocator_checkpointing: bool = _from_environment(
     "allocator_checkpointing", "INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING", True
 )
@@ -100,6 +101,12 @@ debug_checks: bool = _from_environment("debug_checks", "INDUCTOR_XPUGRAPH_DEBUG_
 # as inputs), captured without a copy like a compiled module's parameters. A setting so that
 # it is part of the cache key: an export never gets a wrapper generated without it.
 _export_static_inputs: tuple = ()
+
+# The graph class of the xpu backend: "xpu" is torch.xpu.XPUGraph (torch >= 2.11); "accelerator"
+# is torch.accelerator.Graph (torch >= 2.13; trees.backends.accelerator_graphs), the class a
+# PrivateUse1 device always uses. cuda always uses torch.cuda.CUDAGraph. Read when a device's
+# tree is created.
+xpu_graph_api: str = _from_environment("xpu_graph_api", "INDUCTOR_XPUGRAPH_XPU_GRAPH_API", "xpu")
 
 install_config_module(sys.modules[__name__])
 _checked_config_class(sys.modules[__name__])

@@ -198,6 +198,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ._probe_report import PROBE_TIMEOUT
+
     parser = argparse.ArgumentParser(prog="python -m inductor_xpugraph")
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="compile a small model and show the graphs")
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="end a device's probe after this long (default: 180)",
+        help=f"end a device's probe after this long (default: {PROBE_TIMEOUT:g})",
     )
     doctor_parser.set_defaults(run=_doctor)
     args = parser.parse_args(argv)

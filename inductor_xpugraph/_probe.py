@@ -89,6 +89,11 @@ class DeviceProbe:
         )
 
 
+def device_label(device_type: str) -> str:
+    """The device the probe runs on: device 0 of its type ("cpu" for the emulator)."""
+    return "cpu" if device_type == "cpu" else f"{device_type}:0"
+
+
 # -- the probe's graph -----------------------------------------------------------------------------
 
 
@@ -201,7 +206,7 @@ def probe_device(
 ) -> DeviceProbe:
     """The probe (module docstring, steps 1-4) on device 0 of ``device_type``."""
     stage("starting the device")
-    label = "cpu" if device_type == "cpu" else f"{device_type}:0"
+    label = device_label(device_type)
     module = getattr(torch, device_type, None)
     if device_type != "cpu" and (module is None or not module.is_available()):
         return DeviceProbe(label, unusable=f"torch.{device_type}.is_available() is False")

@@ -178,7 +178,7 @@ def probe_findings(device_type: str, run: ChildRun) -> list[Finding]:
     if run.probe is None:
         status, detail, advice = _CHILD_PROBLEMS[run.problem]
         words = detail.format(detail=run.detail, stage=run.stage or "starting")
-        return [Finding(f"graphs ({device_type})", status, words, advice)]
+        return [Finding(f"graphs ({_probe.device_label(device_type)})", status, words, advice)]
     return graph_findings(device_type, run.probe) + op_list_findings(device_type, run.probe)
 
 
@@ -387,5 +387,6 @@ def start_probes(devices: list[str], leave_out: set[str]) -> dict[str, RunningPr
             started[device] = start(device, env=env)
         else:
             unusable = f"torch.{device}.is_available() is False"
-            started[device] = _Known(ChildRun(_probe.DeviceProbe(device, unusable=unusable)))
+            probe = _probe.DeviceProbe(_probe.device_label(device), unusable=unusable)
+            started[device] = _Known(ChildRun(probe))
     return started

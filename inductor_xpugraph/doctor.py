@@ -5,6 +5,8 @@ Each check returns one ``Finding``: OK, WARN (works, with a limit worth knowing)
 command prints one line per finding and exits 1 when any check FAILs, else 0. Checks:
 
 - torch: its version against the supported range;
+- settings: each ``INDUCTOR_XPUGRAPH_*`` variable that ``import inductor_xpugraph`` reads holds
+  a value it accepts (a bad one makes the import raise ValueError);
 - per device (xpu, cuda): available or not, its name, the graph API the backend needs;
   no device at all is a WARN (only the CPU emulator runs: tests and demos);
 - Triton, which Inductor needs to generate the kernels of an available device;
@@ -12,14 +14,17 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
   cached by torch), else copies or silently stale outputs;
 - registration: the extension is enabled for each available device (and the emulator, when
   enabled) and Inductor would use our wrapper codegen for it;
-- settings: each ``INDUCTOR_XPUGRAPH_*`` variable that ``import inductor_xpugraph`` reads holds
-  a value it accepts (a bad one makes the import raise ValueError);
 - graphs, per device probed (each available xpu and cuda device; the CPU emulator when
   INDUCTOR_XPUGRAPH_DEVICES names it; or those given with ``--device``): a matmul, attention and
   a random op captured and replayed through this project's backend, in a child process
   (``_probe``), and each operator of the device's do-not-capture list tried there.
 
-No check raises: one that does is a FAIL line with its error.
+No check raises: one that does is a FAIL line with its error. One limit: ``python -m
+inductor_xpugraph doctor`` imports the package before this module runs, and the package reads
+every ``INDUCTOR_XPUGRAPH_*`` variable at import, so a bad value there raises its ValueError
+(which names the variable and what it accepts) before the doctor can start. The settings check
+reports every bad value wherever the doctor does run: ``doctor.main()`` in a process whose
+environment changed after the import, and the probe's child, whose import is its own.
 """
 
 from __future__ import annotations
@@ -331,16 +336,20 @@ def diagnose(
     """Every check. ``probe_devices``: the devices whose graphs are probed (default: each
     available device, and the CPU emulator when enabled); none when ``probe`` is False.
     ``probe_timeout``: seconds each probe may take (``_probe_report.PROBE_TIMEOUT``)."""
-    from . import _probe_report
+    from . import _probe, _probe_report
     from .codegen import enabled_devices
 
     settings = _guarded("settings", check_settings)
     devices = available_devices()
-    running = {}
-    if probe:  # started first: they run while the other checks do
+    running: dict[str, Any] = {}
+
+    def start_probes() -> list[Finding]:  # first: they run while the other checks do
         chosen = probe_devices or _probe_report.default_probe_devices()
         leave_out = set(_guarded_value(bad_settings, {}))  # the settings line says why
-        running = _probe_report.start_probes(chosen, leave_out)
+        running.update(_probe_report.start_probes(chosen, leave_out))
+        return []
+
+    not_started = _guarded("graphs", start_probes) if probe else []
     emulator = ["cpu"] if "cpu" in enabled_devices() else []
     findings = [
         *_guarded("torch", check_torch),
@@ -350,10 +359,11 @@ def diagnose(
         *_guarded("stale-output errors", check_stale_output_errors),
         *_guarded("registration", lambda: check_registration(devices + emulator)),
     ]
+    findings += not_started
     timeout = _probe_report.PROBE_TIMEOUT if probe_timeout is None else probe_timeout
     for device, child in running.items():
         findings += _guarded(
-            f"graphs ({device})",
+            f"graphs ({_probe.device_label(device)})",
             lambda: _probe_report.probe_findings(device, child.result(timeout)),
         )
     return findings

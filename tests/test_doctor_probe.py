@@ -11,6 +11,7 @@ import os
 import sys
 
 import pytest
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inductor_xpugraph
@@ -322,4 +323,16 @@ def test_probing_a_device_that_is_not_available_fails_without_a_child():
     (running,) = _probe_report.start_probes(["xpu"], leave_out=set()).values()
     (finding,) = _probe_report.probe_findings("xpu", running.result(timeout=0))
     assert finding.status is Status.FAIL
+    assert finding.check == "graphs (xpu:0)"
     assert finding.detail == "the device cannot run the probe: torch.xpu.is_available() is False"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device")
+def test_the_probe_on_cuda_reports_ok():
+    findings = _probe_report.probe_findings("cuda", child_result("cuda"))
+    assert [(f.check, f.status) for f in findings] == [
+        ("graphs (cuda:0)", Status.OK),
+        ("do-not-capture list (cuda)", Status.OK),
+    ], lines(findings)

@@ -68,7 +68,13 @@ PATCHED_CUDA_FUNCTIONS = (
 
 
 def generate_wrapper_source(
-    device: str, *, partition: bool, extension_devices: tuple[str, ...], static: bool = False
+    device: str,
+    *,
+    partition: bool,
+    extension_devices: tuple[str, ...],
+    static: bool = False,
+    attention: bool = False,
+    never_capture_ops: tuple[str, ...] = (),
 ) -> str:
     """Return the Python wrapper source Inductor generates for a small graph on `device`.
 
@@ -81,7 +87,12 @@ def generate_wrapper_source(
     ``partition_0`` inside a ``Runner``). ``inductor_xpugraph.enable(d)`` is called for each d in
     `extension_devices`; an empty tuple gives stock Inductor. `static=True` compiles
     ``(x @ w).relu() + v`` instead, ``w`` and ``v`` static inputs (as an export names them),
-    ``v`` a view that starts 4 bytes into its storage. Runs in a fresh subprocess.
+    ``v`` a view that starts 4 bytes into its storage. `attention=True` (with `partition`)
+    compiles ``flash_attention(q.relu(), k, v) + 1`` (a module's ``forward``) through
+    ``aten._scaled_dot_product_flash_attention``, what ``F.scaled_dot_product_attention`` runs
+    on xpu when training (the CPU build cannot pick a kernel for a fake device, so the test
+    names the op). `never_capture_ops` is set in ``inductor_xpugraph.config``. Runs in a fresh
+    subprocess.
     """
     with tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp:
         output = Path(tmp) / "wrapper.py"
@@ -90,7 +101,10 @@ def generate_wrapper_source(
             command.append("--partition")
         if static:
             command.append("--static")
+        if attention:
+            command.append("--attention")
         command += [arg for d in extension_devices for arg in ("--extension", d)]
+        command += [arg for op in never_capture_ops for arg in ("--never-capture", op)]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
@@ -174,7 +188,7 @@ class _SourceCaptured(Exception):
     """Raised from the save_output_code hook to stop before the module is imported."""
 
 
-def _capture_wrapper_source(device: str, partition: bool, static: bool) -> str:
+def _capture_wrapper_source(device: str, partition: bool, static: bool, attention: bool) -> str:
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.exc import InductorError
     from torch._inductor.graph import GraphLowering
@@ -194,6 +208,11 @@ def _capture_wrapper_source(device: str, partition: bool, static: bool) -> str:
     def matmul_relu_add_static(x, w, v):
         return (x @ w).relu() + v
 
+    class FlashAttention(torch.nn.Module):
+        def forward(self, q, k, v):
+            out = torch.ops.aten._scaled_dot_product_flash_attention(q.relu(), k, v)[0]
+            return out + 1
+
     sources = []
 
     def save_output_code(code: str) -> None:
@@ -205,6 +224,10 @@ def _capture_wrapper_source(device: str, partition: bool, static: bool) -> str:
     static_inputs = contextlib.nullcontext()
     with FakeTensorMode():
         inputs = [torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)]
+        if attention:
+            fn = FlashAttention()
+            shape = (2, 4, 16, 64)
+            inputs = [torch.randn(shape, device=device, dtype=torch.float16) for _ in range(3)]
         if static:
             import inductor_xpugraph
 
@@ -213,7 +236,9 @@ def _capture_wrapper_source(device: str, partition: bool, static: bool) -> str:
             static_inputs = inductor_xpugraph.config.patch(_export_static_inputs=(1, 2))
         try:
             with static_inputs:
-                compile_fx(make_fx(fn)(*inputs), inputs)
+                # Stack traces (of frames named forward) give the wrapper the op's source
+                # line, as Dynamo's would.
+                compile_fx(make_fx(fn, record_stack_traces=attention)(*inputs), inputs)
         except InductorError as error:
             if not isinstance(error.inner_exception, _SourceCaptured):
                 raise
@@ -229,6 +254,8 @@ def _main() -> None:
     parser.add_argument("--partition", action="store_true")
     parser.add_argument("--extension", action="append", default=[], metavar="DEVICE")
     parser.add_argument("--static", action="store_true")
+    parser.add_argument("--attention", action="store_true")
+    parser.add_argument("--never-capture", action="append", default=[], metavar="OP")
     args = parser.parse_args()
 
     _install_fake_device(args.device)
@@ -240,13 +267,16 @@ def _main() -> None:
     inductor_config.triton.cudagraphs = True
     inductor_config.graph_partition = args.partition
 
-    if args.extension:
+    if args.extension or args.never_capture:
         import inductor_xpugraph
 
         for device in args.extension:
             inductor_xpugraph.enable(device)
+        inductor_xpugraph.config.never_capture_ops = tuple(args.never_capture)
 
-    args.output.write_text(_capture_wrapper_source(args.device, args.partition, args.static))
+    args.output.write_text(
+        _capture_wrapper_source(args.device, args.partition, args.static, args.attention)
+    )
 
 
 if __name__ == "__main__":

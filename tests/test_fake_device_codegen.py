@@ -1,9 +1,9 @@
 """Real xpu/cuda wrapper source, generated on the CPU with fake devices, graphs the right callables.
 
 Each source comes from a fresh subprocess (see ``fake_devices.py``) and is generated once per
-(device, partition, extension) combination: six generations in all. The generated code is never
-executed; its structure is checked with ``ast`` so that line breaks inside the emitted calls don't
-matter.
+(device, partition, extension) combination: six generations in all, plus one with static inputs
+and two of an attention model. The generated code is never executed; its structure is checked
+with ``ast`` so that line breaks inside the emitted calls don't matter.
 """
 
 from __future__ import annotations
@@ -25,12 +25,25 @@ from fake_devices import (
 from torch._dynamo.device_interface import DeviceInterface
 
 RUNTIME_IMPORT = "import inductor_xpugraph.trees as _graph_trees"
+FLASH_ATTENTION = "aten::_scaled_dot_product_flash_attention"
+FLASH_ATTENTION_CALL = "torch.ops.aten._scaled_dot_product_flash_attention.default("
 
 
 @functools.cache
 def wrapper_source(device: str, *, partition: bool, extension: bool) -> str:
     return generate_wrapper_source(
         device, partition=partition, extension_devices=(device,) if extension else ()
+    )
+
+
+@functools.cache
+def attention_source(device: str, extension_devices: tuple[str, ...], never: tuple = ()) -> str:
+    return generate_wrapper_source(
+        device,
+        partition=True,
+        extension_devices=extension_devices,
+        attention=True,
+        never_capture_ops=never,
     )
 
 
@@ -107,6 +120,18 @@ def partition_names(source: str) -> list[str]:
         for statement in module_statements(source)
         if isinstance(statement, ast.FunctionDef) and statement.name.startswith("partition_")
     ]
+
+
+def function_source(source: str, name: str) -> str:
+    """The source of the module-level function ``name``, or of ``Runner.<name>``."""
+    for statement in module_statements(source):
+        if isinstance(statement, ast.ClassDef) and statement.name == "Runner":
+            for method in statement.body:
+                if isinstance(method, ast.FunctionDef) and f"Runner.{method.name}" == name:
+                    return ast.get_source_segment(source, method)
+        if isinstance(statement, ast.FunctionDef) and statement.name == name:
+            return ast.get_source_segment(source, statement)
+    raise AssertionError(f"the wrapper defines no `{name}`")
 
 
 def test_stock_xpu_wrapper_is_xpu_code_without_graph_trees():
@@ -201,6 +226,51 @@ def test_extension_wraps_each_partition_in_graphify_inside_a_new_runner(device):
         assert index > runner_index and ast.unparse(value) == f"runner.{name}", (
             f"`{name}` must be rebound to the graphified runner, found `{ast.unparse(value)}`"
         )
+
+
+def test_xpu_attention_runs_the_flash_kernel_ungraphed_between_two_graphed_partitions():
+    source = attention_source("xpu", ("xpu",))
+    _, partitions = runner_partitions(source)
+    call = function_source(source, "Runner.call")
+    order = [
+        call.index(text)
+        for text in ("self.partitions[0](", FLASH_ATTENTION_CALL, "self.partitions[1](")
+    ]
+
+    assert [graphified(p) for p in partitions] == [
+        ("partition_0", "xpu:0"),
+        ("partition_1", "xpu:0"),
+    ]
+    assert order == sorted(order)
+    for name in partition_names(source):
+        assert FLASH_ATTENTION_CALL not in function_source(source, name)
+
+
+def test_xpu_attention_wrapper_says_which_op_runs_ungraphed_why_and_where():
+    source = attention_source("xpu", ("xpu",))
+    lines = [line.strip() for line in source.splitlines()]
+    (index,) = [i for i, line in enumerate(lines) if FLASH_ATTENTION_CALL in line]
+    where = "fake_devices.py:"  # the line of FlashAttention.forward that calls the op
+    why = f"{FLASH_ATTENTION} is not captured on xpu: its sycl-tla flash-attention kernels"
+
+    assert lines[index - 1].startswith("# Not graphed (") and where in lines[index - 1]
+    assert lines[index - 1].endswith("(intel/torch-xpu-ops#3142)") and why in lines[index - 1]
+    assert "# Partitioned out, run un-graphed by `call` between the partitions:" in lines
+    (skip,) = [s for s in module_statements(source) if "record_skip" in ast.unparse(s)]
+    reason, *_ = skip.value.args
+    keywords = {k.arg: ast.literal_eval(k.value) for k in skip.value.keywords}
+    assert ast.literal_eval(reason).startswith(why)
+    assert keywords["graph"] == "0_inference:call" and where in keywords["source"]
+
+
+def test_graphs_of_a_device_the_extension_does_not_graph_keep_the_listed_op():
+    """Upstream's cuda graphs, with the extension on for xpu only: Inductor's own partitions,
+    with ``never_capture_ops`` naming the op, are unchanged."""
+    source = attention_source("cuda", ("xpu",), (FLASH_ATTENTION,))
+
+    assert "_graph_trees" not in source
+    assert partition_names(source) == ["partition_0"]
+    assert FLASH_ATTENTION_CALL in function_source(source, "partition_0")
 
 
 @pytest.mark.parametrize("partition", [False, True], ids=["call", "partitions"])

@@ -21,6 +21,7 @@ from torch._library.fake_class_registry import FakeScriptObject
 from .. import config
 from ..trees.node import Phase
 from ..trees.source_lines import format_source
+from .not_captured_ops import ListedOp
 
 _ACCEPTED_INPUT_TYPES = (torch.Tensor, torch.SymInt, int, torch.Generator)
 
@@ -63,26 +64,47 @@ class GraphPlan:
     # The user's source line the graph comes from (of the op that prevents capture, when one
     # does), as ``path:line in function``; None when Inductor kept no stack trace.
     source: str | None = None
+    # Operators never captured on the device that Inductor partitioned out: `call` runs
+    # them un-graphed, between the graphed partitions.
+    left_out: tuple[ListedOp, ...] = ()
 
 
-def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
-    """The plan for the graph being generated; ``partition_names`` as the wrapper has them."""
+def partitioned_device(device_type: str) -> bool:
+    """Whether Inductor splits graphs of ``device_type`` into partitions around what cannot be
+    captured: with ``graph_partition`` on, device kernels that can be captured go into
+    ``partition_N`` functions (CPU ops, unsafe ops, unbacked sizes stay in ``call``). On the
+    CPU every kernel stays in ``call`` (all are CPU ops): the CPU has no partitions."""
+    return bool(inductor_config.graph_partition) and device_type != "cpu"
+
+
+def plan_graphs(
+    device_type: str, partition_names: Sequence[str], not_captured: Sequence[ListedOp] = ()
+) -> GraphPlan:
+    """The plan for the graph being generated; ``partition_names`` as the wrapper has them;
+    ``not_captured``, the calls of operators never captured on the device."""
     graph = V.graph
     device_index = next(iter(graph.device_idxs), 0) if graph.device_idxs else 0
     device = f"{device_type}:{device_index}"
     phase = _phase()
     static = static_input_indices()
     aligned = assumed_aligned_inputs(static)
-    # With graph partitions on, Inductor moves every device kernel that can be captured
-    # into partition_N functions (CPU ops, unsafe ops, unbacked sizes stay in `call`):
-    # those are what we capture. The CPU has no partitions: its whole `call` is captured.
-    partitioned = inductor_config.graph_partition and device_type != "cpu"
+    # With graph partitions, the partition_N functions are what we capture; without, `call`.
+    partitioned = partitioned_device(device_type)
 
     reason, culprit = _whole_graph_skip_reason(device_type, partitioned)
     culprit_source = user_source(culprit.meta.get("stack_trace")) if culprit else None
+    # Never-captured operators Inductor partitioned out run between the partitions; any other
+    # would be captured with the graph, which is then not captured at all.
+    left_out = tuple(op for op in not_captured if partitioned and op.fallback)
+    kept_in = [op for op in not_captured if op not in left_out]
+    if reason is None and kept_in:
+        reason = _not_partitioned_reason(kept_in[0], device_type)
+        culprit_source = kept_in[0].source
     source = culprit_source or graph_source()
     if reason is None and partitioned and not partition_names:
         reason = "no device kernels to capture (no graph partitions)"
+        if left_out:
+            reason = f"{left_out[0].reason} (and the graph has nothing else to capture)"
     if reason is not None:
         return GraphPlan(device, phase, (), reason, source)
 
@@ -115,7 +137,18 @@ def plan_graphs(device_type: str, partition_names: Sequence[str]) -> GraphPlan:
                 partition_aligned,
             )
         )
-    return GraphPlan(device, phase, tuple(targets), None, source)
+    return GraphPlan(device, phase, tuple(targets), None, source, left_out)
+
+
+def _not_partitioned_reason(op: ListedOp, device_type: str) -> str:
+    """Why a graph that runs ``op`` is not captured at all: Inductor could not split it."""
+    if not inductor_config.graph_partition:
+        why = "torch._inductor.config.graph_partition is off: Inductor cannot partition around it"
+    elif device_type == "cpu":
+        why = "Inductor does not split CPU graphs into partitions"
+    else:
+        why = "Inductor partitions around fallback kernels only, and lowers it otherwise"
+    return f"{op.reason} ({why})"
 
 
 def static_input_indices() -> tuple[int, ...]:

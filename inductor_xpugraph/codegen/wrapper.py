@@ -6,7 +6,9 @@ of the module: when Inductor's graph switch is on (``mode="reduce-overhead"``, i
 or each ``partition_N`` when Inductor partitioned the graph — with
 ``inductor_xpugraph.trees.graphify(...)``, with the device, static/mutated inputs and phase
 baked in; or, when the graph cannot be captured, a comment and a ``record_skip`` call saying
-why. Everything else in the module is stock Inductor output.
+why. Operators the device's graphs cannot record are partitioned out while the wrapper is
+generated (``not_captured_ops``); a comment above each call of one says why it runs
+un-graphed. Everything else in the module is stock Inductor output.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from typing import Any
 
 import torch
 from torch._inductor import config as inductor_config
-from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+from torch._inductor.codegen.wrapper import MemoryPlanningLine, PythonWrapperCodegen
 from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
 
 from .. import config
-from .eligibility import plan_graphs
+from ..trees.backends.unrecordable_ops import ops_not_to_capture
+from . import not_captured_ops
+from .eligibility import partitioned_device, plan_graphs
 from .render import render
 
 # What Inductor's own cudagraphs see for a graph we own (it is pickled with the compiled
@@ -29,6 +33,11 @@ OWNED_REASON = "graphs are captured by inductor_xpugraph in the generated wrappe
 
 
 class GraphTreeWrapperCodegen(PythonWrapperCodegen):
+    # The operators never captured on this graph's device (see `create`).
+    not_captured: tuple[str, ...] = ()
+    # Whether Inductor partitions this graph around them until `generate`.
+    partitioning_around: bool = False
+
     @staticmethod
     def create(
         is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, *args: Any, **kwargs: Any
@@ -37,13 +46,42 @@ class GraphTreeWrapperCodegen(PythonWrapperCodegen):
             return PythonWrapperCodegen.create(
                 is_subgraph, subgraph_name, parent_wrapper, *args, **kwargs
             )
-        return GraphTreeWrapperCodegen()
+        wrapper = GraphTreeWrapperCodegen()
+        if inductor_config.triton.cudagraphs:
+            device_type = graph_device_type()
+            wrapper.not_captured = ops_not_to_capture(device_type)
+            # Inductor schedules the graph after this: until `generate` it partitions the
+            # graph around these operators too.
+            if wrapper.not_captured and partitioned_device(device_type):
+                not_captured_ops.partitioning_around(device_type, wrapper.not_captured)
+                wrapper.partitioning_around = True
+        return wrapper
+
+    def generate(self, is_inference: bool) -> Any:
+        try:
+            return super().generate(is_inference)
+        finally:
+            if self.partitioning_around:
+                not_captured_ops.restore()
+
+    def writeline(self, line: Any) -> None:
+        node = getattr(line, "node", None)
+        if self.not_captured and node is not None and not isinstance(line, MemoryPlanningLine):
+            listed = not_captured_ops.listed_op(node, graph_device_type(), self.not_captured)
+            if listed is not None:
+                for comment in render("not_graphed_op.py.j2", op=listed).splitlines():
+                    super().writeline(comment)
+        super().writeline(line)
 
     def generate_after_suffix(self, result: IndentedBuffer) -> None:
         if not inductor_config.triton.cudagraphs:
             return super().generate_after_suffix(result)
         device_type = graph_device_type()
-        plan = plan_graphs(device_type, list(getattr(self, "all_partition_names", ())))
+        plan = plan_graphs(
+            device_type,
+            list(getattr(self, "all_partition_names", ())),
+            not_captured_ops.listed_ops(device_type, self.not_captured),
+        )
         V.graph.disable_cudagraphs_reason = (
             OWNED_REASON if plan.skip_reason is None else f"{plan.skip_reason} ({OWNED_REASON})"
         )

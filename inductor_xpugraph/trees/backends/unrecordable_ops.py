@@ -1,33 +1,82 @@
 """What each device's graphs cannot record: operators never captured there.
 
 A CUDA stream capture records almost any device work. SYCL Graph, under ``torch.xpu.XPUGraph``,
-refuses some: the fused scaled-dot-product attention kernel of torch-xpu-ops, whose
-work-group scratch memory SYCL Graph does not support ("The
-sycl_ext_oneapi_work_group_scratch_memory feature is not yet available for use with SYCL Graph
-extension", intel/torch-xpu-ops#3142), and collectives that run on a queue of their own
-(pytorch/pytorch#196490). A capture that meets one fails at run time; listed here, the
-operator is partitioned out at compile time instead (Inductor's
-``custom_should_partition_ops``), so the rest of the model is still graphed and the report
-names the operator and its source line.
+refuses some, and a capture that meets one fails at run time. Listed here, the operator is
+partitioned out at compile time instead: the wrapper codegen adds the list of the graph's
+device to Inductor's ``custom_should_partition_ops`` (``codegen.not_captured_ops``), so the
+rest of the model is still graphed, and the generated code, the log and the report name the
+operator, why, and the user's source line.
 
-Read from torch's and torch-xpu-ops' sources and issues; no Intel GPU was run by this project.
-``python -m inductor_xpugraph doctor`` tries each listed operator on the machine it runs on and
-says which ones record there; ``config.allow_capture_ops`` takes those off the list, and
-``config.never_capture_ops`` adds operators on every device.
+The xpu list, read from PyTorch's and torch-xpu-ops' sources and issues (no Intel GPU was run
+by this project):
+
+- Attention. ``F.scaled_dot_product_attention`` on xpu picks, in this order (``priority_order``
+  in PyTorch's ``aten/src/ATen/native/mkldnn/xpu/Attention.cpp``), oneDNN's kernel
+  (``aten::_scaled_dot_product_fused_attention_overrideable``, only when no input needs a
+  gradient), the flash-attention kernels of torch-xpu-ops (``_scaled_dot_product_flash_attention``
+  and its backward, built on sycl-tla; what training runs), then the math decomposition. The
+  flash kernels use work-group scratch memory, which SYCL Graph refused to record
+  (intel/torch-xpu-ops#3142, whose failing test captures exactly these two ops;
+  vllm-project/vllm#50038 gates the same kernels in graphs on oneAPI 2026.0). Nothing reports
+  oneDNN's kernel failing under capture (oneDNN's own tests run its primitives in SYCL Graph
+  mode), so it is not listed.
+- Collectives. ``ProcessGroupXCCL::collective`` (torch-xpu-ops ``src/xccl``) runs every
+  collective on XCCL's own queue behind an event. CUDA capture follows such a dependency into
+  the other stream; SYCL Graph rejects it at capture (pytorch/pytorch#196490, open).
+  intel/torch-xpu-ops#2992 lets all_reduce, all_gather and reduce_scatter record with
+  oneCCL >= 2021.17.2 (not broadcast or point-to-point). In Inductor graphs every functional
+  collective is a fallback kernel (``comm_lowering``), ``wait_tensor`` included, which makes the
+  recording queue wait for XCCL's: all of them are listed.
+
+``config.allow_capture_ops`` takes operators off a device's list (where a newer runtime records
+them); ``config.never_capture_ops`` adds operators on every device.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import config
+
+_FLASH_ATTENTION = (
+    "its sycl-tla flash-attention kernels use work-group scratch memory, which SYCL Graph "
+    "does not record (intel/torch-xpu-ops#3142)"
+)
+_XCCL_QUEUE = (
+    "XCCL runs it on a queue of its own, and SYCL Graph rejects a dependency on another queue "
+    "at capture (pytorch/pytorch#196490)"
+)
+_XCCL_QUEUE_ONECCL = (
+    "XCCL runs it on a queue of its own, and SYCL Graph rejects a dependency on another queue "
+    "at capture (pytorch/pytorch#196490; intel/torch-xpu-ops#2992 records it with oneCCL >= "
+    "2021.17.2)"
+)
+_XCCL_WAIT = (
+    "it makes the recording queue wait for XCCL's queue, a dependency SYCL Graph rejects at "
+    "capture (pytorch/pytorch#196490)"
+)
+
+
+def _functional_collectives(names: str, reason: str) -> dict[str, str]:
+    return {f"_c10d_functional::{name}": reason for name in names.split()}
+
 
 #: Per device type, the operators its graphs are known not to record, with why.
 #: Names as ``custom_should_partition_ops`` takes them ("namespace::op[.overload]").
 UNRECORDABLE_OPS: dict[str, dict[str, str]] = {
     "xpu": {
-        "aten::_scaled_dot_product_fused_attention_overrideable": (
-            "the fused attention kernel uses work-group scratch memory, which SYCL Graph "
-            "cannot record (intel/torch-xpu-ops#3142)"
+        "aten::_scaled_dot_product_flash_attention": _FLASH_ATTENTION,
+        "aten::_scaled_dot_product_flash_attention_backward": _FLASH_ATTENTION,
+        **_functional_collectives(
+            "all_reduce all_reduce_ all_reduce_coalesced all_reduce_coalesced_ "
+            "all_gather_into_tensor all_gather_into_tensor_out all_gather_into_tensor_coalesced "
+            "reduce_scatter_tensor reduce_scatter_tensor_out reduce_scatter_tensor_coalesced",
+            _XCCL_QUEUE_ONECCL,
         ),
+        **_functional_collectives(
+            "all_to_all_single broadcast broadcast_ isend irecv batch_p2p_ops", _XCCL_QUEUE
+        ),
+        "_c10d_functional::wait_tensor": _XCCL_WAIT,
     },
 }
 
@@ -40,9 +89,22 @@ def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*listed, *config.never_capture_ops]))
 
 
+def listed_name(op: Any, listed: tuple[str, ...]) -> str | None:
+    """The entry of ``listed`` that names the operator overload ``op`` (as
+    ``aten::mm`` or ``aten::mm.default``), or None."""
+    name = op.name() if callable(getattr(op, "name", None)) else None
+    if not name:
+        return None
+    overload = getattr(op, "_overloadname", None)
+    for candidate in (name, f"{name}.{overload}" if overload else None):
+        if candidate in listed:
+            return candidate
+    return None
+
+
 def why_not_captured(device_type: str, op: str) -> str:
     """Why ``op`` is not captured on ``device_type``, for reports and logs."""
     reason = UNRECORDABLE_OPS.get(device_type, {}).get(op)
-    if reason is not None:
+    if reason is not None and op not in config.allow_capture_ops:
         return f"{op} is not captured on {device_type}: {reason}"
     return f"{op} is not captured: listed in inductor_xpugraph.config.never_capture_ops"

@@ -1,0 +1,243 @@
+"""Operators never captured: the per-device list, the config that extends and shrinks it, and
+what a compiled graph that runs one does.
+
+On the CPU emulator Inductor has no partitions (every CPU kernel stays in ``call``), so a graph
+running a never-captured operator is not captured at all, with the operator, why and the source
+line in the reason; the other graphs of the model are still graphed. How Inductor partitions a
+device graph around such an operator is checked on the real xpu wrapper source
+(``test_fake_device_codegen.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from conftest import _fresh_runtime
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.virtualized import V
+
+import inductor_xpugraph
+from inductor_xpugraph.codegen import not_captured_ops
+from inductor_xpugraph.trees.backends.unrecordable_ops import (
+    UNRECORDABLE_OPS,
+    listed_name,
+    ops_not_to_capture,
+    why_not_captured,
+)
+
+FLASH_ATTENTION = "aten::_scaled_dot_product_flash_attention"
+TWICE = "xpugraph_tests::twice"
+
+
+# A custom operator: Inductor runs it as a fallback kernel, the kind it can partition around.
+@torch.library.custom_op(TWICE, mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def model(x, w):
+    y = (x @ w).relu()
+    torch._dynamo.graph_break()
+    y = twice(y)
+    torch._dynamo.graph_break()
+    return (y @ w).relu()  # the same kernel as the first graph's: one C++ compile
+
+
+def line_of(fn, text: str) -> str:
+    """``test_unrecordable_ops.py:<line> in``, the line of ``fn`` that holds ``text`` (a
+    source line's path is relative to where the tests run; its function may be a resume
+    function Dynamo made after a graph break)."""
+    lines, first = inspect.getsourcelines(fn)
+    (offset,) = [i for i, line in enumerate(lines) if text in line]
+    return f"test_unrecordable_ops.py:{first + offset} in "
+
+
+def run_compiled(device, calls=4):
+    compiled = torch.compile(model, mode="reduce-overhead")
+    w = torch.randn(8, 8, device=device)
+    for _ in range(calls):
+        x = torch.randn(4, 8, device=device)
+        torch.testing.assert_close(compiled(x, w), model(x, w))
+    return inductor_xpugraph.stats()
+
+
+def skip_events():
+    return [e for e in inductor_xpugraph.report().events if e.kind.value == "skip"]
+
+
+# -- the list -------------------------------------------------------------------------------
+
+
+def test_xpu_list_names_the_flash_attention_kernels_and_the_functional_collectives():
+    listed = ops_not_to_capture("xpu")
+
+    assert {FLASH_ATTENTION, FLASH_ATTENTION + "_backward"} <= set(listed)
+    assert {
+        "_c10d_functional::all_reduce_",
+        "_c10d_functional::all_gather_into_tensor",
+        "_c10d_functional::reduce_scatter_tensor",
+        "_c10d_functional::wait_tensor",
+    } <= set(listed)
+    assert "aten::_scaled_dot_product_fused_attention_overrideable" not in listed
+
+
+def test_every_listed_op_gives_a_reason_with_its_source():
+    for device, ops in UNRECORDABLE_OPS.items():
+        for op, reason in ops.items():
+            assert "#" in reason, f"{device} {op}: the reason names no issue"
+
+
+def test_devices_without_a_list_capture_everything():
+    assert ops_not_to_capture("cuda") == ()
+    assert ops_not_to_capture("cpu") == ()
+
+
+def test_allow_capture_ops_takes_an_op_off_the_device_list():
+    with inductor_xpugraph.config.patch(allow_capture_ops=(FLASH_ATTENTION,)):
+        listed = ops_not_to_capture("xpu")
+    assert FLASH_ATTENTION not in listed
+    assert FLASH_ATTENTION + "_backward" in listed
+
+
+def test_never_capture_ops_adds_an_op_on_every_device():
+    with inductor_xpugraph.config.patch(never_capture_ops=(TWICE,)):
+        assert ops_not_to_capture("cpu") == (TWICE,)
+        assert ops_not_to_capture("xpu")[-1] == TWICE
+        assert why_not_captured("cpu", TWICE).endswith("config.never_capture_ops")
+
+
+def test_an_op_is_named_by_its_overload_packet_or_by_one_overload():
+    op = torch.ops.aten.mm.default
+    assert listed_name(op, ("aten::mm",)) == "aten::mm"
+    assert listed_name(op, ("aten::mm.default",)) == "aten::mm.default"
+    assert listed_name(op, ("aten::mm.out", "aten::bmm")) is None
+    assert listed_name(None, ("aten::mm",)) is None
+
+
+# -- Inductor's custom_should_partition_ops while a wrapper is generated ----------------------
+
+
+class _Graph:
+    """Stands in for the GraphLowering being generated (``V.graph``)."""
+
+
+def test_partitioning_around_keeps_the_users_own_ops_and_gives_them_back():
+    graph = _Graph()
+    with inductor_config.patch(custom_should_partition_ops=["mylib::mine"]):
+        with V.set_graph_handler(graph):
+            not_captured_ops.partitioning_around("xpu", (FLASH_ATTENTION, "mylib::mine"))
+            during = list(inductor_config.custom_should_partition_ops)
+            not_captured_ops.restore()
+        assert during == ["mylib::mine", FLASH_ATTENTION]
+        assert inductor_config.custom_should_partition_ops == ["mylib::mine"]
+
+
+def test_an_addition_left_by_a_compile_that_raised_is_undone_by_the_next_one():
+    with inductor_config.patch(custom_should_partition_ops=[]):
+        with V.set_graph_handler(_Graph()):  # raised before `generate`: never restored
+            not_captured_ops.partitioning_around("xpu", (FLASH_ATTENTION,))
+        with V.set_graph_handler(_Graph()):
+            not_captured_ops.partitioning_around("xpu", (TWICE,))
+            during = list(inductor_config.custom_should_partition_ops)
+            not_captured_ops.restore()
+        assert during == [TWICE]
+        assert inductor_config.custom_should_partition_ops == []
+
+
+# -- end to end on the CPU emulator -----------------------------------------------------------
+
+
+@pytest.fixture
+def device():
+    """The CPU emulator only: on a device with partitions the operator is partitioned out,
+    which the fake-device codegen tests check."""
+    yield from _fresh_runtime("cpu", False)
+
+
+def test_a_graph_running_a_never_captured_op_runs_ungraphed_and_the_others_replay(device):
+    with inductor_xpugraph.config.patch(never_capture_ops=(TWICE,)):
+        stats = run_compiled(device)
+
+    assert stats["records"] == 2  # the graphs before and after the one running `twice`
+    assert stats["replays"] == 4
+    (skip,) = skip_events()
+    assert skip.reason.startswith(f"{TWICE} is not captured: listed in")
+    assert line_of(model, "twice(y)") in skip.source
+
+
+def test_the_generated_code_names_the_op_above_its_call(device):
+    from torch._inductor.utils import run_and_get_code
+
+    def f(x, w):
+        return twice(x @ w)
+
+    with inductor_xpugraph.config.patch(never_capture_ops=(TWICE,)):
+        compiled = torch.compile(f, mode="reduce-overhead")
+        _, (source,) = run_and_get_code(compiled, torch.randn(4, 8), torch.randn(8, 8))
+    lines = source.splitlines()
+    (index,) = [i for i, line in enumerate(lines) if "= torch.ops.xpugraph_tests.twice" in line]
+
+    comment = lines[index - 1].strip()
+    assert comment.startswith("# Not graphed (")
+    assert line_of(f, "twice(") + "f): " + TWICE in comment
+    assert "# NOT captured, runs un-graphed: " + TWICE in source
+
+
+def test_without_graph_partition_a_never_captured_op_keeps_its_graph_uncaptured(device):
+    with (
+        inductor_config.patch(graph_partition=False),
+        inductor_xpugraph.config.patch(never_capture_ops=(TWICE,)),
+    ):
+        stats = run_compiled(device)
+
+    assert stats["records"] == 2
+    (skip,) = skip_events()
+    assert "graph_partition is off" in skip.reason
+
+
+def test_allow_capture_ops_lets_a_device_listed_op_be_captured(device, monkeypatch):
+    monkeypatch.setitem(UNRECORDABLE_OPS, device, {TWICE: "a test says so (#0)"})
+    stats = run_compiled(device)
+    assert stats["records"] == 2 and stats["skips"] == 1
+    assert skip_events()[0].reason.startswith(f"{TWICE} is not captured on {device}: a test")
+
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    with inductor_xpugraph.config.patch(allow_capture_ops=(TWICE,)):
+        stats = run_compiled(device)
+    assert stats["records"] == 3 and stats["skips"] == 0
+
+
+def test_changing_the_lists_never_returns_a_wrapper_cached_under_other_lists(device, monkeypatch):
+    def compile_and_count(**lists):
+        torch._dynamo.reset()
+        inductor_xpugraph.reset()
+        counters.clear()
+        with inductor_xpugraph.config.patch(**lists):
+            stats = run_compiled(device, calls=3)
+        hits = counters["inductor"]["fxgraph_cache_hit"]
+        hits += counters["aot_autograd"]["autograd_cache_hit"]
+        return stats["records"], hits
+
+    assert compile_and_count(never_capture_ops=())[0] == 3
+    assert compile_and_count(never_capture_ops=(TWICE,))[0] == 2
+    records, hits = compile_and_count(never_capture_ops=())
+    assert records == 3 and hits >= 1  # the same lists do hit the cache
+    monkeypatch.setitem(UNRECORDABLE_OPS, device, {TWICE: "a test says so (#0)"})
+    assert compile_and_count()[0] == 2
+
+
+@pytest.fixture(autouse=True)
+def _no_addition_left():
+    before = list(inductor_config.custom_should_partition_ops)
+    yield
+    assert inductor_config.custom_should_partition_ops == before
+    assert not not_captured_ops._additions

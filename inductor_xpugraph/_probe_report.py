@@ -139,7 +139,7 @@ _KEEP_OFF = (
     "report this output"
 )
 _CHECK_THE_DEVICE = (
-    "check the GPU driver and torch's {0} build: "
+    "check the GPU driver and torch's {1} build: "
     "python -c \"import torch; print(torch.ones(2, device='{0}') * 2)\""
 )
 # Why a child gave no result: (status, what happened, what it means or what to do).
@@ -187,7 +187,7 @@ def graph_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]
     check = f"graphs ({probe.device})"
     if probe.unusable:
         advice = (
-            _CHECK_THE_DEVICE.format(device_type)
+            _CHECK_THE_DEVICE.format(device_type, device_type.upper())
             if device_type != "cpu"
             else "the CPU emulator always runs: report this output"
         )

@@ -263,6 +263,21 @@ def test_xpu_attention_wrapper_says_which_op_runs_ungraphed_why_and_where():
     assert keywords["graph"] == "0_inference:call" and where in keywords["source"]
 
 
+def test_a_listed_op_inductor_cannot_partition_around_keeps_the_graph_uncaptured():
+    """``aten::mm`` is an extern kernel, not a fallback kernel: Inductor would capture it with
+    the partition it sits in. (The graph's CPU matmul runs un-graphed anyway.)"""
+    source = generate_wrapper_source(
+        "xpu", partition=True, extension_devices=("xpu",), never_capture_ops=("aten::mm",)
+    )
+    reason = (
+        "aten::mm is not captured: listed in inductor_xpugraph.config.never_capture_ops "
+        "(Inductor partitions around fallback kernels only, and lowers it otherwise)"
+    )
+
+    assert "_graph_trees.graphify(" not in source
+    assert f"# NOT captured, runs un-graphed: {reason}" in source.splitlines()
+
+
 def test_graphs_of_a_device_the_extension_does_not_graph_keep_the_listed_op():
     """Upstream's cuda graphs, with the extension on for xpu only: Inductor's own partitions,
     with ``never_capture_ops`` naming the op, are unchanged."""

@@ -133,19 +133,29 @@ def test_partitioning_around_keeps_the_users_own_ops_and_gives_them_back():
     graph = _Graph()
     with inductor_config.patch(custom_should_partition_ops=["mylib::mine"]):
         with V.set_graph_handler(graph):
-            not_captured_ops.partitioning_around("xpu", (FLASH_ATTENTION, "mylib::mine"))
+            not_captured_ops.partitioning_around((FLASH_ATTENTION, "mylib::mine"))
             during = list(inductor_config.custom_should_partition_ops)
             not_captured_ops.restore()
-        assert during == ["mylib::mine", FLASH_ATTENTION]
+        assert during[:2] == ["mylib::mine", FLASH_ATTENTION]
         assert inductor_config.custom_should_partition_ops == ["mylib::mine"]
+
+
+def test_inductor_is_given_every_overload_of_an_op_listed_without_one():
+    names = not_captured_ops.inductor_names(("aten::add", "aten::mm.out", "no::such_op"))
+
+    # Inductor matches "aten::add" with aten.add.default only, aten.add.Tensor by its name
+    assert names[0] == "aten::add"
+    assert {"aten::add.Tensor", "aten::add.Scalar", "aten::add.out"} <= set(names)
+    assert "aten::add.default" not in names
+    assert names[-2:] == ["aten::mm.out", "no::such_op"]
 
 
 def test_an_addition_left_by_a_compile_that_raised_is_undone_by_the_next_one():
     with inductor_config.patch(custom_should_partition_ops=[]):
         with V.set_graph_handler(_Graph()):  # raised before `generate`: never restored
-            not_captured_ops.partitioning_around("xpu", (FLASH_ATTENTION,))
+            not_captured_ops.partitioning_around((FLASH_ATTENTION,))
         with V.set_graph_handler(_Graph()):
-            not_captured_ops.partitioning_around("xpu", (TWICE,))
+            not_captured_ops.partitioning_around((TWICE,))
             during = list(inductor_config.custom_should_partition_ops)
             not_captured_ops.restore()
         assert during == [TWICE]

@@ -4,15 +4,16 @@
 (with ``config.never_capture_ops`` and ``config.allow_capture_ops``). Inductor splits a graph
 into partitions around the fallback kernels named in ``custom_should_partition_ops``
 (``Scheduler.should_partition``), and only with ``graph_partition`` on. So, while our wrapper
-generates a graph for a device we graph, ``partitioning_around(device_type)`` adds that
+generates a graph for a device we graph, ``partitioning_around(ops)`` adds that
 device's list to the user's ``custom_should_partition_ops`` and gives the user's list back
 when the wrapper is generated. Graphs of devices we do not graph (upstream's cuda graphs
 included) never see the addition. The cache key holds the lists (``cache_key``).
 
 ``listed_ops(...)`` then finds each listed operator the graph runs, with why and where: the
-wrapper names them in a comment above each call and in the comment block at the end; a graph
-Inductor could not split around one (``graph_partition`` off, the CPU, an operator Inductor
-does not lower as a fallback kernel) is not captured at all (``eligibility``).
+wrapper names them in a comment above each call ``call`` makes of one, and in the comment
+block at the end; a graph Inductor could not split around one (``graph_partition`` off, the
+CPU, an operator Inductor does not lower as a fallback kernel) is not captured at all
+(``eligibility``).
 
 Inductor's config is process-wide: compiles on several threads at once share the addition.
 """
@@ -25,6 +26,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
+import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import ir
 from torch._inductor.graph import GraphLowering
@@ -55,14 +57,34 @@ _additions: list[_Addition] = []
 _lock = threading.Lock()
 
 
-def partitioning_around(device_type: str, ops: Sequence[str]) -> None:
+def partitioning_around(ops: Sequence[str]) -> None:
     """Make Inductor partition the graph being generated around ``ops`` (until ``restore``)."""
     with _lock:
         _drop_additions_of_failed_compiles()
         before = list(inductor_config.custom_should_partition_ops)
-        after = list(dict.fromkeys([*before, *ops]))
+        after = list(dict.fromkeys([*before, *inductor_names(ops)]))
         _additions.append(_Addition(V.graph, before, after))
         inductor_config.custom_should_partition_ops = after
+
+
+def inductor_names(ops: Sequence[str]) -> list[str]:
+    """``ops`` as ``custom_should_partition_ops`` matches every overload they name. Inductor
+    compares an overload's ``op.name()`` and ``op.name() + "." + overload`` with the list
+    (``get_op_names``), and ``name()`` already ends in the overload's name unless it is
+    ``default``: ``aten::x`` matches ``aten.x.default`` only, ``aten::x.quantized`` matches
+    ``aten.x.quantized``. So each overload of a ``namespace::name`` entry is added by name."""
+    names = []
+    for op in ops:
+        names.append(op)
+        namespace, _, name = op.partition("::")
+        if "." in name:
+            continue
+        try:
+            packet = getattr(getattr(torch.ops, namespace), name)
+        except (AttributeError, RuntimeError):  # not registered in this process
+            continue
+        names += [f"{op}.{overload}" for overload in packet.overloads() if overload != "default"]
+    return names
 
 
 def restore() -> None:
@@ -103,11 +125,14 @@ def _graphs_generating_code() -> Iterator[GraphLowering]:
 
 def listed_op(node: object, device_type: str, ops: Sequence[str]) -> ListedOp | None:
     """``node`` (an operation of the graph being generated) as a ``ListedOp`` when it runs an
-    operator of ``ops``."""
+    operator of ``ops`` on ``device_type`` (a device graph's CPU ops are never captured)."""
     from .eligibility import user_source  # eligibility imports this module
 
     name = listed_name(getattr(node, "op_overload", None), tuple(ops))
     if name is None or not isinstance(node, ir.ExternKernel):
+        return None
+    device = node.get_device()
+    if device is not None and device.type != device_type:  # a CPU op of a device graph
         return None
     fx_node = node.get_origin_node() or next(iter(node.origins), None)
     stack_trace = fx_node.meta.get("stack_trace") if fx_node is not None else None

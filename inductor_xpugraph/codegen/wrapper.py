@@ -53,7 +53,7 @@ class GraphTreeWrapperCodegen(PythonWrapperCodegen):
             # Inductor schedules the graph after this: until `generate` it partitions the
             # graph around these operators too.
             if wrapper.not_captured and partitioned_device(device_type):
-                not_captured_ops.partitioning_around(device_type, wrapper.not_captured)
+                not_captured_ops.partitioning_around(wrapper.not_captured)
                 wrapper.partitioning_around = True
         return wrapper
 

@@ -91,12 +91,12 @@ def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
 
 def listed_name(op: Any, listed: tuple[str, ...]) -> str | None:
     """The entry of ``listed`` that names the operator overload ``op`` (as
-    ``aten::mm`` or ``aten::mm.default``), or None."""
-    name = op.name() if callable(getattr(op, "name", None)) else None
-    if not name:
+    ``aten::mm`` or ``aten::mm.out``), or None."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
         return None
     overload = getattr(op, "_overloadname", None)
-    for candidate in (name, f"{name}.{overload}" if overload else None):
+    for candidate in (schema.name, f"{schema.name}.{overload}"):
         if candidate in listed:
             return candidate
     return None

@@ -246,6 +246,20 @@ def test_xpu_attention_runs_the_flash_kernel_ungraphed_between_two_graphed_parti
         assert FLASH_ATTENTION_CALL not in function_source(source, name)
 
 
+def test_the_partition_after_xpu_attention_takes_its_output_not_its_tuple():
+    """Flash attention returns a tuple (output, log-sum-exp, ...): the indexing that takes
+    the output out of it runs in ``call``, so the next partition takes a tensor, which a
+    replay copies, not the tuple, which it would bake in and record again for."""
+    source = attention_source("xpu", ("xpu",))
+    call = function_source(source, "Runner.call")
+    (line,) = [line for line in call.splitlines() if FLASH_ATTENTION_CALL in line]
+    kernel = line.split("=")[0].strip()
+
+    assert f"{kernel}[0]" in call
+    for name in partition_names(source):
+        assert f"{kernel}[" not in function_source(source, name)
+
+
 def test_xpu_attention_wrapper_says_which_op_runs_ungraphed_why_and_where():
     source = attention_source("xpu", ("xpu",))
     lines = [line.strip() for line in source.splitlines()]

@@ -251,3 +251,40 @@ def _no_addition_left():
     yield
     assert inductor_config.custom_should_partition_ops == before
     assert not not_captured_ops._additions
+
+
+# -- on cuda: attention partitioned out of real device graphs ----------------------------------
+
+CUDA_ATTENTION = (
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device")
+@torch.no_grad()
+def test_attention_listed_on_cuda_runs_between_two_graphed_partitions(cuda_device):
+    """What xpu's list does to a transformer, on real device graphs: cuda's attention kernels,
+    listed, run un-graphed between two captured partitions that replay, and the results are
+    eager's."""
+    torch.manual_seed(0)
+    proj_in = torch.nn.Linear(64, 3 * 64).cuda().half()
+    proj_out = torch.nn.Linear(64, 64).cuda().half()
+
+    def block(x):
+        q, k, v = proj_in(x).view(2, 128, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return proj_out(attended.transpose(1, 2).reshape(2, 128, 64)).relu()
+
+    with inductor_xpugraph.config.patch(never_capture_ops=CUDA_ATTENTION):
+        compiled = torch.compile(block, mode="reduce-overhead")
+        for _ in range(4):
+            x = torch.randn(2, 128, 64, device="cuda", dtype=torch.half)
+            torch.testing.assert_close(compiled(x), block(x), atol=2e-3, rtol=2e-3)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 2 and stats["replays"] == 4, stats  # two partitions
+    assert stats["capture_failures"] == 0
+    (skip,) = skip_events()
+    assert "_scaled_dot_product_" in skip.reason and "runs it un-graphed" in skip.reason

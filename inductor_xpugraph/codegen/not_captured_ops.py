@@ -21,6 +21,7 @@ Inductor's config is process-wide: compiles on several threads at once share the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 import threading
@@ -30,6 +31,8 @@ import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import ir
 from torch._inductor.graph import GraphLowering
+from torch._inductor.scheduler import BaseSchedulerNode, Scheduler
+from torch._inductor.utils import get_op_names
 from torch._inductor.virtualized import V
 
 from ..trees.backends.unrecordable_ops import listed_name, why_not_captured
@@ -60,6 +63,7 @@ _lock = threading.Lock()
 def partitioning_around(ops: Sequence[str]) -> None:
     """Make Inductor partition the graph being generated around ``ops`` (until ``restore``)."""
     with _lock:
+        _keep_multi_outputs_with_their_kernel()
         _drop_additions_of_failed_compiles()
         before = list(inductor_config.custom_should_partition_ops)
         after = list(dict.fromkeys([*before, *inductor_names(ops)]))
@@ -85,6 +89,43 @@ def inductor_names(ops: Sequence[str]) -> list[str]:
             continue
         names += [f"{op}.{overload}" for overload in packet.overloads() if overload != "default"]
     return names
+
+
+def _keep_multi_outputs_with_their_kernel() -> None:
+    """Partition out, with a listed kernel, the nodes that take its outputs out of its tuple.
+
+    A fallback kernel with several outputs (flash attention returns its output and its
+    log-sum-exp) is read through ``MultiOutput`` nodes (``buf2 = buf1[0]``), which Inductor
+    places in the next partition: that partition then takes the kernel's tuple as an input.
+    A graph cannot copy a tuple into its buffers, so each call passed a new one and recorded
+    again (seen on the H100 with cuDNN attention listed). ``Scheduler.should_partition`` is
+    wrapped, once, to partition those nodes out too while one of our additions is active,
+    so the partition takes the tensors."""
+    should_partition = Scheduler.should_partition
+    if getattr(should_partition, "_keeps_multi_outputs", False):
+        return
+
+    @functools.wraps(should_partition)
+    def wrapped(self: Scheduler, node: BaseSchedulerNode) -> str | None:
+        reason = should_partition(self, node)
+        if reason is None and _additions and isinstance(node.node, ir.MultiOutput):
+            kernel = _kernel_of(node.node)
+            op = getattr(kernel, "op_overload", None)
+            if isinstance(kernel, ir.FallbackKernel) and op is not None:
+                listed = inductor_config.custom_should_partition_ops
+                if any(name in listed for name in get_op_names(op)):
+                    return f"custom partition op: an output of {get_op_names(op)[1]}"
+        return reason
+
+    wrapped._keeps_multi_outputs = True  # type: ignore[attr-defined]
+    Scheduler.should_partition = wrapped  # type: ignore[method-assign]
+
+
+def _kernel_of(node: ir.MultiOutput) -> object:
+    """The kernel whose (possibly nested) tuple ``node`` indexes."""
+    while isinstance(node, ir.MultiOutput):
+        node = node.inputs[0]
+    return node
 
 
 def restore() -> None:

@@ -60,6 +60,12 @@ def cuda_each_strategy(request):
     yield from _fresh_runtime(*request.param)
 
 
+@pytest.fixture
+def emulator():
+    """``device`` on the CPU emulator only."""
+    yield from _fresh_runtime("cpu", False)
+
+
 def _fresh_runtime(name, checkpointing):
     was_enabled = name in inductor_xpugraph.enabled_devices()
     inductor_xpugraph.enable(name)

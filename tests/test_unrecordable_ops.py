@@ -14,7 +14,6 @@ import inspect
 
 import pytest
 import torch
-from conftest import _fresh_runtime
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.virtualized import V
@@ -166,10 +165,10 @@ def test_an_addition_left_by_a_compile_that_raised_is_undone_by_the_next_one():
 
 
 @pytest.fixture
-def device():
+def device(emulator):
     """The CPU emulator only: on a device with partitions the operator is partitioned out,
-    which the fake-device codegen tests check."""
-    yield from _fresh_runtime("cpu", False)
+    which the fake-device codegen tests and the cuda test below check."""
+    return emulator
 
 
 def test_a_graph_running_a_never_captured_op_runs_ungraphed_and_the_others_replay(device):

@@ -99,3 +99,32 @@ def test_good_values_are_accepted():
     with config.patch(rerecord_limit=0, rerecord_window=1, skip_dynamic_graphs=True):
         assert (config.rerecord_limit, config.rerecord_window) == (0, 1)
         assert config.skip_dynamic_graphs is True
+
+
+def test_operator_lists_from_the_environment_are_comma_separated():
+    result = import_with(
+        {"INDUCTOR_XPUGRAPH_NEVER_CAPTURE_OPS": "mylib::wait_for_host, aten::mm.out"},
+        "print(inductor_xpugraph.config.never_capture_ops)",
+    )
+    assert result.stdout.strip() == "('mylib::wait_for_host', 'aten::mm.out')", result.stderr
+
+
+def test_an_operator_name_without_its_namespace_is_refused_and_changes_nothing():
+    before = config.never_capture_ops
+    with pytest.raises(ValueError, match="never_capture_ops must be a tuple of operator names"):
+        config.never_capture_ops = ("_scaled_dot_product_flash_attention",)
+    assert config.never_capture_ops == before
+
+
+def test_the_readme_example_for_intel_gpus_sets_the_operator_lists(monkeypatch):
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## On Intel GPUs") :]
+    start = section.index("```python\n") + len("```python\n")
+    example = section[start : section.index("```\n", start)]
+    for name in ("allow_capture_ops", "never_capture_ops"):
+        monkeypatch.setattr(config, name, getattr(config, name))  # given back after the test
+    exec(compile(example, "README.md", "exec"), {})
+    assert config.allow_capture_ops == ("aten::_scaled_dot_product_flash_attention",)
+    assert config.never_capture_ops == ("mylib::wait_for_host",)

@@ -152,8 +152,8 @@ def test_a_tensor_parallel_step_replays_its_all_reduce_and_matches_eager(setup):
 def _dtensor_worker(rank: int, device: str) -> None:
     """Tensor parallelism the DTensor way: ``parallelize_module`` with a column-parallel and
     a row-parallel linear. DTensor passes its DeviceMesh into the compiled graph as an
-    object input (torch 2.13): such graphs were skipped ("inputs [1, 3, 5, 7, 9] are
-    neither tensors nor sizes") until session 13; upstream's trees graph them."""
+    object input (torch 2.13), which the graph bakes in, as upstream's trees do: such graphs
+    are graphed, not skipped as having inputs that are "neither tensors nor sizes"."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -265,8 +265,9 @@ def test_ddp_bucketed_graphs_replay_as_a_chain_and_train_like_eager_ddp(setup):
 def _fsdp_worker(rank: int, device: str) -> None:
     """FSDP2 as torchtitan uses it with torch.compile: each layer sharded, each layer's forward
     compiled. FSDP frees a layer's gathered parameters after its forward and gathers them
-    again for its backward; a forward graph returns its weight for the backward. (On the
-    emulator that output read freed memory until session 12: garbage gradients.)"""
+    again for its backward; a forward graph returns its weight for the backward, which must
+    read the parameter's memory as it is when the backward runs, not as it was at capture
+    (on the emulator, an output over the captured address read freed memory)."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)

@@ -1,0 +1,180 @@
+"""What one generation hands out, and how it is retired when the generation ends.
+
+Note [Retiring held outputs]
+----------------------------
+When a generation ends, the graph memory it handed out is about to be overwritten by the
+next replays. No tensor may read it silently afterwards, whatever route reached it: the
+output object itself, a view, ``.data``, ``detach()``, a tensor an autograd.Function saved,
+optimizer state built from it, or the ``.grad`` that autograd *stole* from a gradient (when a
+parameter's ``.grad`` is None, ``AccumulateGrad`` keeps the incoming gradient itself, without
+a copy). All of them share one storage object per block of memory (``OutputBlock``), so one
+reference count, and the reference counts of the output objects the recordings hand out
+again while nobody holds them (``recording``), tell whether the caller still uses a block.
+``GraphTree.retire_handed_out``:
+
+1. makes each output object of a forward or inference graph (or warmup run) that the caller
+   still holds raise the stale-output error, and gives its position a new object. This drops
+   its reference to the memory: the usual ``out = f(x)`` loop ends here, at the cost of one
+   call per held output;
+2. retires every block handed out in the generation that is still referenced some other
+   way, or whose output object the caller holds (a gradient, which step 1 keeps). Its
+   storage object leaves with the caller's tensors and the graph continues with a
+   new one over the same memory (``OutputBlock.retire_stale``, ``recording.hand_over``; each
+   recording with outputs over retired blocks rebuilds them once):
+   - a block of a **backward** graph holds gradients: it is *handed over*, its storage
+     object given a copy of the data outside the pool (``copy_out_of_pool``). Gradient
+     accumulation (a backward per micro-batch, one optimizer step), ``zero_grad(
+     set_to_none=False)`` and gradients kept from ``torch.autograd.grad`` therefore give
+     eager's values while graphs replay. The cost is one device copy of each gradient kept
+     past its step, once per step (``stats()["handovers"]``); with ``zero_grad()`` before
+     the next forward nothing is kept and nothing is copied;
+   - any other block is made stale at the storage level (``storage_invalidator``), so every
+     tensor over it raises the stale-output error, views included, as upstream's do.
+   Without a way to invalidate (no binding, no extension), every block is handed over:
+   correct, at the price of a copy; without a way to hand over (torch 2.11 and no
+   extension), gradients are made stale like the rest: loud, as upstream's trees are.
+``reset()`` retires the same way (the message says that reset dropped the output).
+
+Note [Outputs passed back in]
+-----------------------------
+A loop that feeds a step's output into the next step (``state = step(state)``: a recurrent
+cell, an ODE or diffusion integrator, a decode loop that passes its cache back) hands the
+generation's first call an output that retiring is about to make stale. That call reads it
+as an input, and nothing has overwritten it yet, but it cannot be read in place: the retire
+would invalidate it before the call reads it (when retiring comes first), and a capture, or
+a replay's input copy, may be placed in its memory (sibling branches share memory). So
+before anything is retired, each such argument of that call is replaced, for the call only,
+by a tensor of the same layout over a copy of its memory (``HandedOut.copy_passed_back``):
+one device copy per step and output passed back. The caller's tensor goes stale as usual.
+Positions the callable mutates are left alone (a mutation of a copy would be lost: they
+raise), and so are gradients, which retiring hands over instead. An output passed to any
+later call of the new generation raises: the generation's replays may have overwritten it.
+Upstream's trees raise when such a call warms up or records (``try_end_curr_warmup`` and
+``try_end_curr_recording`` invalidate the path's outputs first).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import messages, stats
+from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
+from .node import CallableIdentity, GraphNode, Phase
+from .recording import OutputBlock, hand_over
+from .storages import tensor_over
+
+
+class HandedOut:
+    """What one generation handed to the caller: the nodes that ran, in order and each once
+    (their output objects are their recordings'), and the outputs of its un-graphed runs, as
+    (callable identity, weak references to its outputs) pairs."""
+
+    __slots__ = ("nodes", "eager_outputs")
+
+    def __init__(
+        self,
+        nodes: list[GraphNode],
+        eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]],
+    ) -> None:
+        self.nodes = nodes
+        self.eager_outputs = eager_outputs
+
+    def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
+        """Replace each tensor of ``args`` at ``positions`` that is about to go stale (in an
+        output block of a forward or inference graph, or an un-graphed output, of this
+        generation) by a tensor of the same layout over a copy of its memory. Arguments that
+        shared memory share the copy. See Note [Outputs passed back in]."""
+        copies: dict[int, torch.UntypedStorage] = {}
+        for i in positions:
+            arg = args[i]
+            if not self._goes_stale(arg):
+                continue
+            storage = arg.untyped_storage()
+            address = storage.data_ptr()
+            copy = copies.get(address)
+            if copy is None:
+                copy = copies[address] = storage.clone()
+            args[i] = tensor_over(copy, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
+
+    def _goes_stale(self, tensor: torch.Tensor) -> bool:
+        address = tensor.data_ptr()
+        for node in self.nodes:  # gradients are not made stale: they are handed over
+            if node.phase is not Phase.BACKWARD and node.recording.may_hold(address):
+                return True
+        for _, refs in self.eager_outputs:
+            for ref in refs:
+                if ref() is tensor:
+                    return True
+        return False
+
+    def may_copy(self) -> bool:
+        """Whether retiring it may copy memory out of the pool (``hand_over``): gradients
+        are handed over, and every block is when storages cannot be made stale."""
+        if storage_invalidator() is None:
+            return True
+        for node in self.nodes:  # a loop, not any(): this runs at every generation
+            if node.phase is Phase.BACKWARD:
+                return True
+        return False
+
+    def retire(self, device: str, capturing: bool, dropped_by_reset: bool = False) -> bool:
+        """Note [Retiring held outputs]: on ``device``, where a capture is under way on the
+        current stream when ``capturing``. Returns whether the caller held anything."""
+        nodes, eager_outputs = self.nodes, self.eager_outputs
+        caller_held = False
+        invalidate_tensor = tensor_invalidator()
+        # 1. Output objects the caller holds: those of forward and inference graphs raise
+        #    from now on (and their positions get new objects); gradients are kept, below.
+        if invalidate_tensor is not None:
+            for producer, refs in eager_outputs:
+                held_outputs = [out for ref in refs if (out := ref()) is not None]
+                if held_outputs:
+                    caller_held = True
+                    message = messages.stale_output(device, producer.name, dropped_by_reset)
+                    for output in held_outputs:
+                        invalidate_tensor(output, message)
+        held_by_objects: set[OutputBlock] = set()
+        for node in nodes:
+            recording = node.recording
+            if not recording.autograd_outputs_found:
+                recording.find_outputs_autograd_took()
+            positions = recording.held_positions()
+            if not positions:
+                continue
+            caller_held = True
+            if node.phase is Phase.BACKWARD or invalidate_tensor is None:
+                held_by_objects |= recording.blocks_at(positions)
+                continue
+            message = messages.stale_output(device, node.name, dropped_by_reset)
+            for i in positions:
+                invalidate_tensor(recording.output_object(i), message)
+            recording.renew_outputs(positions)
+        # 2. Memory still referenced otherwise (views, .data, saved tensors, gradients).
+        held = {
+            block: node
+            for node in nodes
+            for block in node.recording.blocks
+            if block in held_by_objects or not block.storage_unreferenced()
+        }
+        if not held:
+            return caller_held
+        invalidate_storage = storage_invalidator()
+        gradients = []
+        for block, producer in held.items():
+            hand = producer.phase is Phase.BACKWARD or invalidate_storage is None
+            if hand and not capturing and can_copy_out_of_pool():
+                gradients.append(block)
+            elif invalidate_storage is not None:
+                message = messages.stale_output(device, producer.name, dropped_by_reset)
+                block.retire_stale(invalidate_storage, message)
+            # else: neither is possible here; ``invalidation`` warned once.
+        if gradients:
+            hand_over(gradients)
+            stats.counters["handovers"] += len(gradients)
+        for recording in {r: None for block in held for r in block.aliased_by}:
+            recording.rebuild_aliases()
+        return True

@@ -414,8 +414,7 @@ def peak_in_fresh_process(workload: str, memory: str, variant: str) -> float:
     """Peak memory of a variant's first ``PEAK_CALLS`` calls, measured in a new process.
 
     Nothing else is allocated there. In this process, what the variants built earlier hold
-    or free during the measured calls shifted the count, by 0.5 to 16 MiB (RESULTS.md,
-    session 6).
+    or free during the measured calls shifts the count, by 0.5 to 16 MiB on the H100.
     """
     command = [sys.executable, __file__, "--workload", workload, "--memory", memory]
     command += ["--peak-of", variant]

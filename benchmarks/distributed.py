@@ -5,7 +5,7 @@
 runs every variant in its own ``torchrun --nproc-per-node 2`` launch (one process group per
 variant) and prints one table. ``--runs K`` launches each variant K times, the variants
 taking turns; each cell is then the median over the launches, with their range: on the
-2 × H200 the same variant's step time moved by up to 30% between launches (session 19).
+2 × H200 the same variant's step time moves by up to 30% between launches.
 One variant by hand:
 
     PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --child ours

@@ -21,9 +21,9 @@ variants alternated:
 - ``hand_replay_4th_graph``: the same, in a process that first instantiated three throwaway
   graphs. On the H200 (torch 2.11.0+cu130), from a process's fourth graph instantiation on,
   every graph's kernels idle 0.42-0.45 µs between each other instead of 0.10-0.13 µs
-  (``graph_count_gaps.py``), whatever the graphs hold. A tree instantiates more than three
-  (pool keepers, warmup probes, forward and backward), upstream's as well, so this is the
-  floor a process with several graphs can reach;
+  (``investigations/graph_count_gaps.py``), whatever the graphs hold. A tree instantiates
+  more than three (pool keepers, warmup probes, forward and backward), upstream's as well,
+  so this is the floor a process with several graphs can reach;
 - ``inductor``: ``torch.compile`` default mode, no graphs;
 - ``upstream``: ``mode="reduce-overhead"``, Inductor's CUDA Graph Trees;
 - ``ours`` (allocator checkpointing), ``ours_portable`` (owned outputs, xpu's strategy);
@@ -165,6 +165,28 @@ def _deployable_model(workload: str, device: str) -> tuple[Callable, list, int]:
 # -- one (workload, variant) in this process ---------------------------------------------------
 
 
+def instantiate_throwaway_graphs(count: int) -> None:
+    """Capture, replay once and destroy ``count`` graphs of one ``x + 1`` each.
+
+    ``hand_replay_4th_graph`` makes three before its own capture: from a process's fourth
+    graph instantiation on, every graph idles longer between kernels
+    (``investigations/graph_count_gaps.py``).
+    """
+    x = torch.zeros(16, device="cuda")
+    stream = torch.cuda.Stream()
+    for _ in range(count):
+        graph = torch.cuda.CUDAGraph()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            graph.capture_begin()
+            x + 1
+            graph.capture_end()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph.replay()
+        torch.cuda.synchronize()
+        del graph
+
+
 def build_step(workload: str, variant: str, device: str, export_path: str | None):
     """The callable a variant times, past its warmup and record, and one set of inputs."""
     import inductor_xpugraph
@@ -173,9 +195,7 @@ def build_step(workload: str, variant: str, device: str, export_path: str | None
     inputs = make_inputs()  # one set for every timed call (decode: one position)
     if variant in ("hand_replay", "hand_replay_4th_graph"):
         if variant == "hand_replay_4th_graph":
-            import graph_count_gaps
-
-            graph_count_gaps.instantiate_throwaway_graphs(3)
+            instantiate_throwaway_graphs(3)
         step = compare.raw_graph_step(make_step, lambda: inputs, device)
     elif variant == "ours_deploy":
         from inductor_xpugraph.deploy import load

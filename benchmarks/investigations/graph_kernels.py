@@ -1,6 +1,6 @@
 """What the device runs in one call, per variant: kernels by name, count and device time.
 
-    PYTHONPATH=. python3 benchmarks/graph_kernels.py --workload softmax_chain \
+    PYTHONPATH=. python3 benchmarks/investigations/graph_kernels.py --workload softmax_chain \
         [--variants hand_replay upstream ours] [--calls 50] [--out kernels.json]
 
 ``latency.py`` showed a graphed call of ``softmax_chain`` (pipelined, so the device's time per
@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 import latency  # noqa: E402
 
 

@@ -1,6 +1,7 @@
 """Gradient accumulation across a graph break: how much of each step stays graphed.
 
-    PYTHONPATH=. python3 benchmarks/accumulation_breaks.py [--device cuda] [--steps 12]
+    PYTHONPATH=. python3 benchmarks/investigations/accumulation_breaks.py \
+        [--device cuda] [--steps 12]
 
 A two-layer model with ``torch._dynamo.graph_break()`` between its layers (two compiled
 regions: two forward and two backward graphs per micro-batch), trained with 1 or 2

@@ -5,11 +5,12 @@ The conformance test ``test_dynamic_sizes_in_training`` (an MLP compiled with
 step) failed intermittently on the H100 for our trees and for upstream's alike. This runs
 the same loop ``--trials`` times per variant, each variant in a fresh process, and counts
 the trials whose gradients differ from eager's; Inductor without graphs is the control.
-It found the cause: ``torch._C._cuda_clearCublasWorkspaces()``, which our cuda backend called
+The cause is ``torch._C._cuda_clearCublasWorkspaces()``, which our cuda backend called
 around warmups and captures until 3887713 (and upstream's trees call): Inductor without graphs
-goes wrong the same way with it (``inductor_clearing``). See RESULTS.md, session 12.
+goes wrong the same way with it (``inductor_clearing``). Results: ``benchmarks/RESULTS.md``,
+"Wrong gradients and cuBLAS workspaces".
 
-    PYTHONPATH=. python3 benchmarks/dynamic_training_check.py --trials 20 [--cold]
+    PYTHONPATH=. python3 benchmarks/investigations/dynamic_training_check.py --trials 20 [--cold]
 
 Prints, per variant: failing trials, the steps they failed at and the largest difference.
 """

@@ -1,7 +1,8 @@
 """Where does the host time of a synchronized training step go? cProfile over the steady
 state of one ``paired.py`` client, for ours or upstream's trees (one side per process).
 
-    PYTHONPATH=. python3 benchmarks/host_profile.py ours|upstream [--client adamw] [--calls 200]
+    PYTHONPATH=. python3 benchmarks/investigations/host_profile.py ours|upstream \
+        [--client adamw] [--calls 200]
 
 Prints the functions with the most own time, and the total per step of this package's
 (``inductor_xpugraph``) or upstream's (``torch/_inductor/cudagraph_trees.py``) functions.
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import sys
 
-from paired import CLIENTS, WARMUP_CALLS, _compiled_for
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+from paired import CLIENTS, WARMUP_CALLS, _compiled_for  # noqa: E402
 
-import inductor_xpugraph
+import inductor_xpugraph  # noqa: E402
 
 
 def main() -> None:

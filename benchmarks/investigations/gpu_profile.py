@@ -1,6 +1,7 @@
 """GPU time of one ``paired.py`` client's step, ours or upstream's trees, by kernel.
 
-    PYTHONPATH=. python3 benchmarks/gpu_profile.py ours|upstream [--client adamw] [--calls 20]
+    PYTHONPATH=. python3 benchmarks/investigations/gpu_profile.py ours|upstream \
+        [--client adamw] [--calls 20]
 
 Prints the device time per step (sum of kernel and memcpy/memset durations from
 ``torch.profiler``) and the kernels with the most time, to tell host-bound from GPU-bound
@@ -12,11 +13,15 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
+import sys
 
 import torch
-from paired import CLIENTS, WARMUP_CALLS, _compiled_for
 
-import inductor_xpugraph
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+from paired import CLIENTS, WARMUP_CALLS, _compiled_for  # noqa: E402
+
+import inductor_xpugraph  # noqa: E402
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Where do the first calls of a real client go? cProfile over the first calls (compile,
 warmup, record) of one ``real_clients.py`` client and variant, in this process.
 
-    PYTHONPATH=. python3 benchmarks/first_calls_profile.py adamw_compiled_step ours [--calls 3]
+    PYTHONPATH=. python3 benchmarks/investigations/first_calls_profile.py \
+        adamw_compiled_step ours [--calls 3]
 
 Prints each call's time and the functions with the most cumulative time.
 """
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import sys
 import time
 
-import real_clients
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import real_clients  # noqa: E402
 
 
 def main() -> None:

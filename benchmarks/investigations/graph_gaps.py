@@ -1,6 +1,7 @@
 """Device time per pipelined call, split into kernels and the idle gaps between them.
 
-    PYTHONPATH=. python3 benchmarks/graph_gaps.py --workload resnet18 --variant ours \
+    PYTHONPATH=. python3 benchmarks/investigations/graph_gaps.py \
+        --workload resnet18 --variant ours \
         [--capture-error-mode thread_local] [--hand-capture-ours-code]
 
 ``graph_kernels.py`` showed the same kernels, with the same device time, in the hand-captured
@@ -17,10 +18,10 @@ the kernels around them.
   callable's un-graphed function, with the arguments of its last warmup), and profiles its
   replay in the same process.
 
-What it found (session 21) is explained by ``graph_count_gaps.py`` (session 22): from a
-process's fourth graph instantiation on, every graph idles about 0.35 µs more between
-kernels. The trees' graphs run the same kernel nodes as the hand replay; compare them with
-``latency.py``'s ``hand_replay_4th_graph``, not with a process that has a single graph.
+What it shows is explained by ``graph_count_gaps.py``: from a process's fourth graph
+instantiation on, every graph idles about 0.35 µs more between kernels. The trees' graphs
+run the same kernel nodes as the hand replay; compare them with ``latency.py``'s
+``hand_replay_4th_graph``, not with a process that has a single graph.
 
 CUDA only.
 """
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 import latency  # noqa: E402
 
 CALLS = 50

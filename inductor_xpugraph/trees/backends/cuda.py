@@ -12,8 +12,9 @@ into the graph, so the memory must stay reserved for as long as any graph that u
 replay. Upstream's trees call ``torch._C._cuda_clearCublasWorkspaces()`` around warmups and
 captures; that frees *every* thread's and stream's workspaces, including those the caller's
 un-graphed code is using, and on the H100 it gave Inductor's code, with no graph at all,
-wrong gradients (``benchmarks/dynamic_training_check.py``). We never call it. What we do
-depends on the torch release, found out once per backend (``_graph_release_frees_workspaces``):
+wrong gradients (``benchmarks/investigations/dynamic_training_check.py``). We never call
+it. What we do depends on the torch release, found out once per backend
+(``_graph_release_frees_workspaces``):
 
 - ``KEEP_OUTSIDE_POOL`` (torch 2.11): destroying a graph leaves the workspaces alone. Before
   each capture, a small matmul and an addmm with a bias run on the capture stream, so this

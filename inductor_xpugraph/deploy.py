@@ -7,9 +7,12 @@ anywhere runs the wrapper, whose own ``import inductor_xpugraph.trees`` brings t
 
 An export is a directory:
 
-    <dir>/artifact/ or <dir>/artifact.bin    standalone_compile(...).save(format=...)
+    <dir>/artifact/ or <dir>/artifact.bin    standalone_compile(...).save(format=...): the
+                                             inference graph
+    <dir>/training/ or <dir>/training.bin    the same for the training graphs (forward and
+                                             backward), where the export has them
     <dir>/inductor_xpugraph.json             the manifest: versions, device, format, the
-                                             graphs the wrapper captures and its source
+                                             graphs the wrappers capture and their source
 
 ``export(fn, example_inputs, dir)`` writes one, with the SHA-256 of each file in the manifest;
 ``load(dir)`` checks the manifest against this process (versions, device present), copies the
@@ -29,6 +32,31 @@ by the graph with the old one, and a smaller input broadcast into its buffer, si
 Calls like the last one that passed are checked in C++ (``InputSignature``). (Symbolic sizes
 would not help: a graph replays one size, and the tree cannot see sizes read inside the
 wrapper.)
+
+Inference and training: a standalone compile is AOTAutograd without Dynamo's guards. AOTAutograd
+traces a joint forward and backward when an example input requires grad and grad mode is on
+(a model's parameters do), and the runtime wrapper of such a graph runs it under
+``enable_grad()`` whatever the caller's grad mode, building autograd history from every input
+that requires grad. ``torch.compile`` never runs it under ``no_grad``: grad mode is one of
+Dynamo's guards, so a call under ``no_grad`` compiles an inference graph. A loaded export has
+no guards, so a serving loop under ``no_grad`` ran the training forward: its outputs required
+grad (with ``CompiledFunctionBackward``), the tree waited for a backward that never came and
+recorded a new graph at every call, and under ``inference_mode`` autograd refused to save the
+loop's inference tensors for backward. So an export holds an inference graph always (compiled
+under ``no_grad``), and the training graphs where AOTAutograd would make them (an example
+input requires grad, export runs with grad on); ``load`` picks per call by AOTAutograd's own
+rule, as Dynamo's guard would: the training graphs when grad mode is on and an input requires
+grad, the inference graph otherwise. The inference graph, not the training forward with
+detached inputs: the forward would still save its activations for a backward that never
+runs, in graph memory held for every call, and the inference graph lets Inductor fuse and
+reuse buffers as a ``torch.compile`` under ``no_grad`` does. An export made under ``no_grad``
+(or with no input requiring grad) holds only the inference graph, as before; the cost of
+the other is a second compile at export, and its files.
+
+Inductor's caches must be on: ``standalone_compile`` saves its artifact from the cache
+entries the compile writes, so ``export`` refuses to start under
+``TORCHINDUCTOR_FORCE_DISABLE_CACHES`` (``torch.compiler.config.force_disable_caches``, which
+the environment forces over any ``config.patch``).
 """
 
 from __future__ import annotations
@@ -57,10 +85,12 @@ MANIFEST = "inductor_xpugraph.json"
 RUNTIME_IMPORT = "import inductor_xpugraph.trees"
 # 2: "files", the SHA-256 of every file of the export; 3: "constants", tensors the traced
 # function made, saved in CONSTANTS and appended to each call by ``load``; 4: "inputs", what
-# the export was specialized on (``InputSignature``)
-MANIFEST_VERSION = 4
+# the export was specialized on (``InputSignature``); 5: "training", whether the export holds
+# training graphs (TRAINING) beside its inference graph (FORMATS)
+MANIFEST_VERSION = 5
 CONSTANTS = "constants.pt"
 FORMATS = {"unpacked": "artifact", "binary": "artifact.bin"}
+TRAINING = {"unpacked": "training", "binary": "training.bin"}
 KEY_ENV = "INDUCTOR_XPUGRAPH_EXPORT_KEY"
 
 
@@ -71,7 +101,8 @@ class ArtifactError(RuntimeError):
 class InputSignature:
     """The caller's inputs an export was compiled for: each tensor's shape, strides, dtype and
     device, each number's value (other objects are not checked). ``check`` runs at every
-    call of a loaded export, before anything else.
+    call of a loaded export, before anything else, and says whether a tensor input requires
+    grad (``load`` picks the training or the inference graph by it).
 
     The check in Python (``_check_in_python``) decides. It costs about 0.4 µs per tensor, so
     once a call passes it, a C++ ``TensorGuards`` of that call's tensors (Dynamo's: sizes,
@@ -93,6 +124,7 @@ class InputSignature:
         )
         self._only_tensors = len(self._tensors) == len(entries)
         self._same_as_verified: Any = None  # a TensorGuards of the last call that passed
+        self._verified_requires_grad = False  # whether one of its tensors requires grad
 
     @staticmethod
     def of(example_inputs: Sequence[Any]) -> InputSignature:
@@ -110,18 +142,24 @@ class InputSignature:
 
         return InputSignature([entry(value) for value in example_inputs])
 
-    def check(self, args: Sequence[Any]) -> None:
+    def check(self, args: Sequence[Any]) -> bool:
+        """Raise ``ValueError`` unless ``args`` are what the export was compiled for; else
+        whether one of their tensors requires grad (the guard checks ``requires_grad`` too,
+        so a call it accepts has the last verified call's answer)."""
         if self._same_as_verified is not None and len(args) == len(self.entries):
             tensors = args if self._only_tensors else [args[i] for i in self._tensors]
             try:
                 if self._same_as_verified.check(*tensors) and (
                     self._only_tensors or [args[i] for i in self._numbers] == self._expected_numbers
                 ):
-                    return
+                    return self._verified_requires_grad
             except TypeError:  # a tensor's place holds something else
                 pass
         self._check_in_python(args)
-        self._same_as_verified = _guard_of([args[i] for i in self._tensors])
+        tensors = [args[i] for i in self._tensors]
+        self._same_as_verified = _guard_of(tensors)
+        self._verified_requires_grad = any(tensor.requires_grad for tensor in tensors)
+        return self._verified_requires_grad
 
     def _check_in_python(self, args: Sequence[Any]) -> None:
         try:
@@ -217,9 +255,13 @@ def export(
     un-graphed if that keeps happening, see ``config.rerecord_limit``).
     With ``key`` (or ``INDUCTOR_XPUGRAPH_EXPORT_KEY``), the manifest is signed with an
     HMAC-SHA256 that ``load(..., key=...)`` checks.
+    The export holds an inference graph, run by calls under ``torch.no_grad()`` or
+    ``torch.inference_mode()``, and, where an example input requires grad and grad mode is
+    on here, the training graphs, run by calls with grad on and an input requiring grad.
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {sorted(FORMATS)}, got {format!r}")
+    _check_caches_are_on()
     path = Path(path)
     if path.exists() and any(path.iterdir()):
         raise FileExistsError(f"inductor_xpugraph.export: {path} exists and is not empty")
@@ -238,26 +280,19 @@ def export(
         first = len(example_inputs)
         static = (*static, *range(first, first + len(constants)))
         example_inputs = [*example_inputs, *constants]
-    from torch._inductor import standalone_compile
-
+    # What AOTAutograd makes of the example inputs as given: training graphs where one
+    # requires grad and grad mode is on (the joint forward and backward).
+    training = torch.is_grad_enabled() and any(
+        isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs
+    )
     with _enabled(device_type), config.patch(_export_static_inputs=static):
-        artifact = standalone_compile(
-            gm,
-            example_inputs,
-            dynamic_shapes="from_example_inputs",
-            options={
-                "config_patches": {"triton.cudagraphs": True},
-                "inner_compile": _compile_with_static_inputs(static),
-            },
-        )
+        with torch.no_grad():
+            inference_artifact = _standalone_compiled(gm, example_inputs, static)
+        training_artifact = _standalone_compiled(gm, example_inputs, static) if training else None
     path.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as unpacked:
-        artifact.save(path=unpacked, format="unpacked")
-        wrappers = _wrapper_sources(Path(unpacked))
-        if format == "unpacked":
-            shutil.copytree(unpacked, path / FORMATS[format])
-    if format == "binary":
-        artifact.save(path=str(path / FORMATS[format]), format="binary")
+    wrappers = _saved(inference_artifact, path / FORMATS[format], format)
+    if training_artifact is not None:
+        wrappers += _saved(training_artifact, path / TRAINING[format], format)
     if constants:
         torch.save(constants, path / CONSTANTS)
     manifest = {
@@ -266,6 +301,7 @@ def export(
         "torch": torch.__version__,
         "device_type": device_type,
         "format": format,
+        "training": training,
         "graphs": [graph for source in wrappers for graph in graphified_calls(source)],
         "wrappers": wrappers,
         "constants": len(constants),
@@ -277,6 +313,54 @@ def export(
         manifest["signature"] = _signature(manifest, key_bytes)
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path
+
+
+def _check_caches_are_on() -> None:
+    """``standalone_compile`` saves its artifact from the cache entries its compile writes:
+    with the caches forced off there are none, and torch fails only once the compile is
+    done ("no artifact to save"). Forced by the environment, the setting cannot be patched
+    over for the export's compile."""
+    from torch._inductor import config as inductor_config
+
+    if inductor_config.force_disable_caches:
+        raise RuntimeError(
+            "inductor_xpugraph.export: Inductor's caches are disabled "
+            "(TORCHINDUCTOR_FORCE_DISABLE_CACHES or TORCH_COMPILE_FORCE_DISABLE_CACHES is set, "
+            "or torch.compiler.config.force_disable_caches is True), and an export is saved "
+            "from the cache entries its compile writes. Export without that setting; to keep "
+            "earlier cache entries from being reused, point TORCHINDUCTOR_CACHE_DIR at an "
+            "empty directory instead."
+        )
+
+
+def _standalone_compiled(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], static: tuple[int, ...]
+) -> Any:
+    """``standalone_compile`` of ``gm`` with graphs on, in the caller's grad mode (which
+    decides between an inference graph and training graphs)."""
+    from torch._inductor import standalone_compile
+
+    return standalone_compile(
+        gm,
+        example_inputs,
+        dynamic_shapes="from_example_inputs",
+        options={
+            "config_patches": {"triton.cudagraphs": True},
+            "inner_compile": _compile_with_static_inputs(static),
+        },
+    )
+
+
+def _saved(artifact: Any, target: Path, format: str) -> list[str]:
+    """Save a compiled artifact at ``target`` in ``format``; its wrappers' source."""
+    with tempfile.TemporaryDirectory() as unpacked:
+        artifact.save(path=unpacked, format="unpacked")
+        wrappers = _wrapper_sources(Path(unpacked))
+        if format == "unpacked":
+            shutil.copytree(unpacked, target)
+    if format == "binary":
+        artifact.save(path=str(target), format="binary")
+    return wrappers
 
 
 def _compile_with_static_inputs(static: tuple[int, ...]) -> Callable[..., Any]:
@@ -441,25 +525,37 @@ def load(path: str | Path, *, key: bytes | str | None = None) -> Callable[..., A
             f"is False in this process"
         )
     artifact = path / FORMATS[manifest["format"]]
-    if not artifact.exists():
-        raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
+    names = [artifact.name, *([TRAINING[manifest["format"]]] if manifest["training"] else [])]
+    for name in names:
+        if not (path / name).exists():
+            raise ArtifactError(f"{path} is incomplete: {name} is missing")
     private = _verified_private_copy(path, manifest)
     from torch._inductor import CompiledArtifact
 
+    def loaded(name: str) -> Any:
+        try:
+            return CompiledArtifact.load(path=str(private / name), format=manifest["format"])
+        except Exception as error:
+            raise ArtifactError(f"{path / name} could not be loaded (corrupt?): {error}") from error
+
+    inference = loaded(artifact.name)
+    training = loaded(TRAINING[manifest["format"]]) if manifest["training"] else None
     try:
-        compiled = CompiledArtifact.load(
-            path=str(private / artifact.name), format=manifest["format"]
-        )
         constants = torch.load(private / CONSTANTS) if manifest["constants"] else []
     except Exception as error:
-        raise ArtifactError(f"{artifact} could not be loaded (corrupt?): {error}") from error
+        raise ArtifactError(
+            f"{path / CONSTANTS} could not be loaded (corrupt?): {error}"
+        ) from error
     check_inputs = InputSignature(manifest["inputs"]).check
 
     def exported(*args: Any) -> Any:
         """The export's function: the caller's inputs checked against those it was compiled
-        for, then the constants it made passed after them."""
-        check_inputs(args)
-        return compiled(*args, *constants)
+        for, then the graph AOTAutograd's rule picks (training where grad mode is on and an
+        input requires grad, inference otherwise) called with the constants after them."""
+        requires_grad = check_inputs(args)
+        if training is not None and requires_grad and torch.is_grad_enabled():
+            return training(*args, *constants)
+        return inference(*args, *constants)
 
     return exported
 
@@ -547,6 +643,7 @@ _MANIFEST_FIELDS: dict[str, tuple[type, tuple[Any, ...] | None]] = {
     "torch": (str, None),
     "device_type": (str, ("cpu", "cuda", "xpu")),
     "format": (str, tuple(FORMATS)),
+    "training": (bool, None),
     "graphs": (list, None),
     "wrappers": (list, None),
     "files": (dict, None),
@@ -619,6 +716,13 @@ def describe(path: str | Path, *, source: bool = True) -> str:
         f"torch {manifest['torch']}",
         f"  graphs captured and replayed ({len(manifest['graphs'])}):",
     ]
+    if manifest["training"]:
+        lines.insert(
+            2,
+            f"  inference graph in {FORMATS[manifest['format']]}, run by calls under no_grad "
+            f"or inference_mode; training graphs in {TRAINING[manifest['format']]}, run by "
+            f"calls with grad on and an input requiring grad",
+        )
     for graph in manifest["graphs"]:
         lines.append(
             f"    {graph['name']}: {graph['phase']} on {graph['device']}, "
@@ -653,7 +757,8 @@ def describe(path: str | Path, *, source: bool = True) -> str:
         # What load runs: the wrapper files of an unpacked export (the manifest's copy for a
         # binary one, whose artifact packs them).
         unpacked = manifest["format"] == "unpacked"
-        wrappers = _wrapper_sources(Path(path) / FORMATS["unpacked"]) if unpacked else []
+        directories = _artifact_directories(Path(path), manifest) if unpacked else []
+        wrappers = [source for directory in directories for source in _wrapper_sources(directory)]
         origin = "from the export's files" if wrappers else "the manifest's copy"
         for index, wrapper in enumerate(wrappers or manifest["wrappers"]):
             lines += ["", f"# ---- wrapper source {index} ({origin}) ----", wrapper]
@@ -696,6 +801,7 @@ def wrapper_modules(path: str | Path) -> list[Path]:
     ``python <module>.py [--times N --repeat M]`` runs the benchmark harness Inductor appends
     to every wrapper: it times ``call``, which the module has already wrapped with
     ``graphify``, so after the warmup and the capture every timed call is a graph replay.
+    The inference graph's modules come first, then the training graphs' where it has them.
     A binary export holds its modules inside ``artifact.bin``: export with
     ``format="unpacked"`` to run them.
     """
@@ -706,13 +812,24 @@ def wrapper_modules(path: str | Path) -> list[Path]:
             f"{path} is a {manifest['format']} export: its wrapper modules are packed inside "
             f"{FORMATS[manifest['format']]}. Export with format='unpacked' to run them directly."
         )
-    artifact = path / FORMATS["unpacked"]
-    if not artifact.is_dir():
-        raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
-    modules = _wrapper_files(artifact)
-    if not modules:
-        raise ArtifactError(f"{artifact} holds no wrapper module that imports inductor_xpugraph")
+    modules = []
+    for artifact in _artifact_directories(path, manifest):
+        if not artifact.is_dir():
+            raise ArtifactError(f"{path} is incomplete: {artifact.name} is missing")
+        found = _wrapper_files(artifact)
+        if not found:
+            raise ArtifactError(
+                f"{artifact} holds no wrapper module that imports inductor_xpugraph"
+            )
+        modules += found
     return modules
+
+
+def _artifact_directories(path: Path, manifest: dict[str, Any]) -> list[Path]:
+    """An unpacked export's artifact directories: the inference graph's, then the training
+    graphs' where it has them."""
+    names = [FORMATS["unpacked"], *([TRAINING["unpacked"]] if manifest["training"] else [])]
+    return [path / name for name in names]
 
 
 def _wrapper_files(directory: Path) -> list[Path]:

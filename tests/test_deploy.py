@@ -254,6 +254,29 @@ def test_export_of_a_function_reading_a_weight_says_to_pass_it_as_an_input(tmp_p
     assert not (tmp_path / "closure").exists()
 
 
+def test_export_with_caches_forced_off_says_to_export_with_them_on(tmp_path):
+    """``standalone_compile`` saves an artifact from the cache entries its compile writes:
+    with ``TORCHINDUCTOR_FORCE_DISABLE_CACHES`` (which no ``config.patch`` overrides) there are
+    none, and torch failed after the compile ("no artifact to save"). Export refuses before
+    compiling, saying what to do, and writes nothing."""
+    proc = run_fresh(
+        """
+        import sys, torch
+        from inductor_xpugraph.deploy import export
+        try:
+            export(lambda x: x + 1, [torch.randn(3)], sys.argv[1])
+        except RuntimeError as error:
+            print(error)
+        """,
+        tmp_path / "add_one",
+        TORCHINDUCTOR_FORCE_DISABLE_CACHES="1",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "caches are disabled" in proc.stdout
+    assert "TORCHINDUCTOR_CACHE_DIR at an empty directory" in proc.stdout
+    assert not (tmp_path / "add_one").exists()
+
+
 class _Cache:
     """An object a model returns beside its tensors (as Hugging Face models return a cache)."""
 
@@ -580,6 +603,7 @@ def test_describe_of_an_unpacked_export_names_the_module_to_run(unpacked_export)
         ("'format' is 'zip', not one of", lambda m: m.update(format="zip")),
         ("'device_type' is 'tpu', not one of", lambda m: m.update(device_type="tpu")),
         ("'graphs' is None, not a list", lambda m: m.update(graphs=None)),
+        ("'training' is 'yes', not a bool", lambda m: m.update(training="yes")),
         ("graphs\\[0\\]\\['name'\\] is None", lambda m: m["graphs"][0].update(name=None)),
         ("manifest version '1'", lambda m: m.update(manifest_version="1")),
         ("inputs\\[1\\] is", lambda m: m["inputs"][1].update(dtype="float99")),

@@ -1,0 +1,217 @@
+"""The documentation's examples run, and do what the text says they do.
+
+The rule, for README.md and docs/*.md:
+
+- Every ```python block is runnable, unless its fence reads ```python no-run (code that needs an
+  xpu or cuda device, torchrun, or is generated code shown as an example). A no-run block must
+  still be valid Python.
+- The runnable blocks of one page run in order, in one namespace, as a reader would type them
+  into one session, on the CPU emulator: each page enables the device it uses itself
+  (``inductor_xpugraph.enable("cpu")``), as a user must; nothing is enabled for it.
+- A ```text output block right after a runnable block is what that block prints. Its output must
+  match, with doctest's ELLIPSIS (``...`` stands for any text) and NORMALIZE_WHITESPACE.
+- Other blocks (```bash, ```text) are never run.
+
+All pages run in one child process (one import of torch), each from a fresh runtime: a working
+directory of its own, ``torch._dynamo.reset()``, ``inductor_xpugraph.reset()``, and the settings
+and enabled devices the process started with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+README_LINE_LIMIT = 350
+
+
+@dataclasses.dataclass
+class Block:
+    info: str  # the fence's words: "python", "python no-run", "text output", "bash"
+    code: str
+    line: int  # of the opening fence, 1-based
+
+    @property
+    def runnable(self) -> bool:
+        return self.info == "python"
+
+
+def blocks_of(page: Path) -> list[Block]:
+    blocks, current, lines = [], None, []
+    for number, line in enumerate(page.read_text().splitlines(), start=1):
+        if current is None and line.startswith("```"):
+            current, lines = Block(line[3:].strip(), "", number), []
+        elif current is not None and line.rstrip() == "```":
+            current.code = "\n".join(lines) + "\n"
+            blocks.append(current)
+            current = None
+        elif current is not None:
+            lines.append(line)
+    assert current is None, f"{page.name}:{current.line}: a code block is not closed"
+    return blocks
+
+
+@dataclasses.dataclass
+class Example:
+    code: str
+    line: int
+    expected: str | None  # the ```text output block after it, if any
+
+
+def examples_of(page: Path) -> list[Example]:
+    examples: list[Example] = []
+    previous: Block | None = None
+    for block in blocks_of(page):
+        if block.info == "text output":
+            assert previous is not None and previous.runnable and examples[-1].expected is None, (
+                f"{page.name}:{block.line}: an output block must follow a runnable python block"
+            )
+            examples[-1].expected = block.code
+        elif block.runnable:
+            examples.append(Example(block.code, block.line, None))
+        previous = block
+    return examples
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(REPO_ROOT))
+
+
+RUNNABLE_PAGES = [page for page in PAGES if examples_of(page)]
+
+# Runs in the child: every page's examples, each page from a fresh runtime.
+_CHILD = r"""
+import contextlib, io, json, os, sys, tempfile, traceback
+import torch
+import inductor_xpugraph
+from inductor_xpugraph import config
+
+plan_path, result_path = sys.argv[1], sys.argv[2]
+plan = json.load(open(plan_path))
+initial_devices = inductor_xpugraph.enabled_devices()
+initial_config = config.get_config_copy()
+results = {}
+for page, examples in plan.items():
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    for device in inductor_xpugraph.enabled_devices():
+        if device not in initial_devices:
+            inductor_xpugraph.disable(device)
+    for device in initial_devices:
+        inductor_xpugraph.enable(device)
+    config.load_config(initial_config)
+    directory = tempfile.mkdtemp(prefix="docs-" + page.replace("/", "-") + "-")
+    os.chdir(directory)
+    namespace = {"__name__": "__docs__"}
+    outcomes = results[page] = []
+    for number, example in enumerate(examples):
+        path = os.path.join(directory, f"example_{number}.py")
+        with open(path, "w") as file:
+            file.write(example["code"])
+        stdout = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(stdout):
+                exec(compile(example["code"], path, "exec"), namespace)
+            outcomes.append({"stdout": stdout.getvalue(), "error": None})
+        except BaseException:
+            outcomes.append({"stdout": stdout.getvalue(), "error": traceback.format_exc()})
+            break  # the page's later examples build on this one
+json.dump(results, open(result_path, "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """Run every runnable page's examples in one child process; per page, each example's
+    printed output and error, in order."""
+    directory = tmp_path_factory.mktemp("docs")
+    plan = {
+        _name(page): [{"code": e.code, "line": e.line} for e in examples_of(page)]
+        for page in RUNNABLE_PAGES
+    }
+    (directory / "plan.json").write_text(json.dumps(plan))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_XPUGRAPH_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, "-c", _CHILD, str(directory / "plan.json"), str(directory / "out")]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((directory / "out").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=_name)
+def test_each_runnable_example_runs_and_prints_what_the_page_says(page, outcomes):
+    examples, results = examples_of(page), outcomes[_name(page)]
+    checker, flags = doctest.OutputChecker(), doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    for example, result in zip(examples, results):
+        where = f"{_name(page)}:{example.line}"
+        assert result["error"] is None, f"{where} raised:\n{result['error']}"
+        if example.expected is not None:
+            assert checker.check_output(example.expected, result["stdout"], flags), (
+                f"{where} printed:\n{result['stdout']}\nwhere the page says:\n{example.expected}"
+            )
+    assert len(results) == len(examples)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_no_run_examples_are_valid_python(page):
+    for block in blocks_of(page):
+        if block.info == "python no-run":
+            compile(block.code, f"{_name(page)}:{block.line}", "exec")
+        assert block.info in ("python", "python no-run", "text output", "text", "bash"), (
+            f"{_name(page)}:{block.line}: unknown fence ```{block.info}"
+        )
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {_anchor(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_links_lead_to_files_and_headings_that_exist(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{_name(page)}: link to {target}: no such file"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked), f"{_name(page)}: link to {target}: no such heading"
+
+
+def test_the_readme_gives_the_setup_commands_as_ci_runs_them():
+    readme = (REPO_ROOT / "README.md").read_text()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    test_command = next(line for line in ci.splitlines() if line.startswith("pip install"))
+    assert test_command in readme
+    assert 'pip install torch==2.13.0 -e . && python -m inductor_xpugraph demo' in readme
+
+
+def test_the_readme_stays_short():
+    lines = len((REPO_ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_LINE_LIMIT, f"README.md has {lines} lines (limit {README_LINE_LIMIT})"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_the_documentation_tells_no_development_history(page):
+    text = page.read_text()
+    for pattern in (r"\bsessions? \d", r"\bthis session\b", r"\buntil (commit )?[0-9a-f]{7}\b"):
+        match = re.search(pattern, text, flags=re.I)
+        assert match is None, f"{_name(page)}: {match.group(0)!r}"

@@ -91,12 +91,12 @@ RUNNABLE_PAGES = [page for page in PAGES if examples_of(page)]
 
 # Runs in the child: every page's examples, each page from a fresh runtime.
 _CHILD = r"""
-import contextlib, io, json, os, sys, tempfile, traceback
+import contextlib, io, json, os, sys, traceback
 import torch
 import inductor_xpugraph
 from inductor_xpugraph import config
 
-plan_path, result_path = sys.argv[1], sys.argv[2]
+plan_path, result_path, work = sys.argv[1], sys.argv[2], sys.argv[3]
 plan = json.load(open(plan_path))
 initial_devices = inductor_xpugraph.enabled_devices()
 initial_config = config.get_config_copy()
@@ -110,7 +110,8 @@ for page, examples in plan.items():
     for device in initial_devices:
         inductor_xpugraph.enable(device)
     config.load_config(initial_config)
-    directory = tempfile.mkdtemp(prefix="docs-" + page.replace("/", "-") + "-")
+    directory = os.path.join(work, page.replace("/", "-"))
+    os.makedirs(directory)
     os.chdir(directory)
     namespace = {"__name__": "__docs__"}
     outcomes = results[page] = []
@@ -142,7 +143,8 @@ def outcomes(tmp_path_factory):
     (directory / "plan.json").write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_XPUGRAPH_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, "-c", _CHILD, str(directory / "plan.json"), str(directory / "out")]
+    paths = [str(directory / name) for name in ("plan.json", "out", "run")]
+    command = [sys.executable, "-c", _CHILD, *paths]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((directory / "out").read_text())
@@ -201,7 +203,7 @@ def test_the_readme_gives_the_setup_commands_as_ci_runs_them():
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     test_command = next(line for line in ci.splitlines() if line.startswith("pip install"))
     assert test_command in readme
-    assert 'pip install torch==2.13.0 -e . && python -m inductor_xpugraph demo' in readme
+    assert "pip install torch==2.13.0 -e . && python -m inductor_xpugraph demo" in readme
 
 
 def test_the_readme_stays_short():

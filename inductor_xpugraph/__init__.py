@@ -17,13 +17,17 @@ Public API:
 - ``mark_step_begin()``: the next graphed call starts a new iteration (generation);
   ``torch.compiler.cudagraph_mark_step_begin()`` does the same.
 - ``config``: a torch ConfigModule, part of Inductor's cache key.
+
+A bad ``INDUCTOR_XPUGRAPH_*`` value makes the import raise ValueError naming the variable and
+what it accepts, and applies nothing; only this package's own command line records it instead,
+so that ``python -m inductor_xpugraph doctor`` can report it (``_settings`` says why).
 """
 
 from __future__ import annotations
 
 import os
 
-from . import config
+from . import _settings, config
 from ._version import __version__
 from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
 from .report import report, report_at_exit_if_asked
@@ -38,7 +42,9 @@ def _enable_from_environment() -> None:
     devices = [d for d in (d.strip() for d in requested.split(",")) if d]
     unknown = [d for d in devices if d not in SUPPORTED_DEVICES]
     if unknown:  # checked before anything is enabled: a bad value applies nothing
-        raise ValueError(f"{_DEVICES_ENV}={requested!r}: {unknown} not among {SUPPORTED_DEVICES}")
+        why = f"{_DEVICES_ENV}={requested!r}: {unknown} not among {SUPPORTED_DEVICES}"
+        _settings.refuse(_DEVICES_ENV, why)
+        return
     for device in devices:
         enable(device)
 

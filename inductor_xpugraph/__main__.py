@@ -2,6 +2,9 @@
 ``python -m inductor_xpugraph inspect <export>``: what a precompiled export holds (``deploy``).
 ``python -m inductor_xpugraph doctor [--device cpu]``: whether this machine's stack is right and
 its devices record graphs (``doctor``).
+``python -m inductor_xpugraph report script.py [args]``: run a script, then print its report.
+A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every other command says
+so in one line and exits 2 (``_settings``).
 
 Picks xpu, else cuda, else the CPU emulator; compiles a small model with
 ``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, the runtime
@@ -11,6 +14,8 @@ counters and a short timing table.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import sys
 import time
@@ -53,10 +58,9 @@ def demo(args: argparse.Namespace) -> int:
         torch._dynamo.reset()
         graphed = torch.compile(model, mode="reduce-overhead")
         _, sources = run_and_get_code(graphed, x)
-        print("Graph-tree lines Inductor generated (TORCH_LOGS=output_code shows all):")
+        print("Graph-tree lines Inductor generated (shortened; TORCH_LOGS=output_code shows all):")
         for source in sources:
-            block = source[source.index("# -- graph tree") :].split("\n\n\n")[0]
-            print("    " + block.replace("\n", "\n    "))
+            print("    " + graph_tree_lines(source).replace("\n", "\n    "))
         torch.testing.assert_close(graphed(x), model(x), rtol=1e-4, atol=1e-4)
 
         timings = {
@@ -103,6 +107,28 @@ def demo(args: argparse.Namespace) -> int:
     if args.picture:
         print(f"(drawn into {args.picture})")
     return 0
+
+
+# The dict of names a graphify call gets, one entry per line: a line per parameter.
+_INPUT_NAMES = re.compile(r"input_names=\{\n(.*?)\n *\}", re.DOTALL)
+
+
+def graph_tree_lines(source: str, names_shown: int = 2) -> str:
+    """The lines of a generated module that wrap its code in graphs, as the demo shows them:
+    the comments saying what is captured, the import and the graphify calls, each call's
+    ``input_names`` (what the runtime's messages call each static input: one per parameter)
+    cut to its first ``names_shown`` entries. Left out: how the module hands Inductor the
+    graphs' lifetime."""
+    block = source[source.index("# -- graph tree") :].split("\n\n\n")[0]
+    block = block.split("\n# Inductor keeps this module")[0]
+
+    def shorten(names: re.Match) -> str:
+        entries = [line.strip().rstrip(",") for line in names[1].splitlines()]
+        if len(entries) > names_shown:
+            entries[names_shown:] = [f"... {len(entries) - names_shown} more"]
+        return "input_names={" + ", ".join(entries) + "}"
+
+    return _INPUT_NAMES.sub(shorten, block)
 
 
 def sample_with_an_lstm_cell(device: str, steps: int = 12) -> list[int]:
@@ -183,6 +209,9 @@ def run_and_report(args: argparse.Namespace) -> int:
 
     import inductor_xpugraph
 
+    if not os.path.exists(args.script):  # before anything runs: no report of nothing
+        print(f"error: cannot run {args.script}: no such file", file=sys.stderr)
+        return 2
     sys.argv = [args.script, *args.script_args]
     try:
         runpy.run_path(args.script, run_name="__main__")
@@ -244,7 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     doctor_parser.set_defaults(run=_doctor)
     args = parser.parse_args(argv)
+    if args.command != "doctor" and refused_settings():
+        return 2
     return args.run(args)
+
+
+def refused_settings() -> bool:
+    """Whether the package's import refused an ``INDUCTOR_XPUGRAPH_*`` value (it records them
+    under this command line instead of raising: ``_settings``); each is said in one line on
+    stderr. Every command but the doctor, which reports them, stops there."""
+    from . import _settings
+
+    for why in (_settings.refused or {}).values():
+        print(f"error: {why}", file=sys.stderr)
+    if _settings.refused:
+        print("(python -m inductor_xpugraph doctor checks every setting)", file=sys.stderr)
+    return bool(_settings.refused)
 
 
 if __name__ == "__main__":

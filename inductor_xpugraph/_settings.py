@@ -1,9 +1,22 @@
 """The checks of ``inductor_xpugraph.config``: each setting's type and range, applied to values
 from the environment, set in code, or patched. (A module of its own because every
-module-level value of ``config`` becomes a setting.)"""
+module-level value of ``config`` becomes a setting.)
+
+A bad value from the environment, read when the package is imported, raises ValueError naming
+the variable and what it accepts, and the import fails: nothing of the environment is applied.
+One process is an exception: this package's own command line (``python -m inductor_xpugraph``,
+the ``inductor-xpugraph`` script). Python imports the package before it runs the command, so
+an import that raised would end ``doctor``, whose job is to report bad settings, with a
+traceback before it starts. There the import records each refused value in ``refused``
+instead, and the setting keeps its default (a refused device list enables nothing); the
+command then reports them: ``doctor`` as FAIL lines, every other command as one error line
+each, exiting 2 before it does anything. The exception is decided once, at import, from the
+command line, so that every other program keeps the rule.
+"""
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -28,8 +41,45 @@ def _boolean(name: str, value: Any) -> bool:
     return value
 
 
+def _imported_by_the_command_line() -> bool:
+    """Whether this process is this package's command line being started: ``python -m
+    inductor_xpugraph ...`` (while Python imports the package, before it runs ``__main__``,
+    ``sys.argv[0]`` is "-m" and ``sys.orig_argv`` ends with the module's name and the
+    command's arguments) or the ``inductor-xpugraph`` script."""
+    argv = getattr(sys, "argv", None) or [""]
+    if argv[0] == "-m":
+        original = getattr(sys, "orig_argv", [])
+        module = original[-len(argv)] if len(original) > len(argv) else ""
+        return re.fullmatch(r"(-[A-Za-z]*m)?inductor_xpugraph(\.__main__)?", module) is not None
+    return os.path.splitext(os.path.basename(argv[0]))[0] == "inductor-xpugraph"
+
+
+# Under the command line (see the module's docstring): variable -> why its value was refused at
+# import. None everywhere else: there a refused value raises.
+refused: dict[str, str] | None = {} if _imported_by_the_command_line() else None
+
+
+def refuse(variable: str, why: str) -> None:
+    """Refuse the value of ``variable`` read at import: raise ``ValueError(why)``, or, under
+    the command line, record it in ``refused``; the caller then applies nothing of it."""
+    if refused is None:
+        raise ValueError(why) from None
+    refused[variable] = why
+
+
 def from_environment(name: str, variable: str, default: Any) -> Any:
-    """The value of setting ``name`` from ``variable`` if set (checked), else ``default``."""
+    """What ``config`` reads at import: ``environment_value``; a refused value goes to
+    ``refuse``, and the setting keeps ``default`` where that records it."""
+    try:
+        return environment_value(name, variable, default)
+    except ValueError as error:
+        refuse(variable, str(error))
+        return default
+
+
+def environment_value(name: str, variable: str, default: Any) -> Any:
+    """The value of setting ``name`` from ``variable`` if set, else ``default``; a value the
+    setting does not accept raises ValueError naming the variable and what it accepts."""
     raw = os.environ.get(variable)
     if raw is None:
         return default

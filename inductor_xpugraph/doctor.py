@@ -19,12 +19,13 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
   a random op captured and replayed through this project's backend, in a child process
   (``_probe``), and each operator of the device's do-not-capture list tried there.
 
-No check raises: one that does is a FAIL line with its error. One limit: ``python -m
-inductor_xpugraph doctor`` imports the package before this module runs, and the package reads
-every ``INDUCTOR_XPUGRAPH_*`` variable at import, so a bad value there raises its ValueError
-(which names the variable and what it accepts) before the doctor can start. The settings check
-reports every bad value wherever the doctor does run: ``doctor.main()`` in a process whose
-environment changed after the import, and the probe's child, whose import is its own.
+No check raises: one that does is a FAIL line with its error. A bad setting does not stop the
+command either: ``python -m inductor_xpugraph`` imports the package before it runs, and that
+import, which raises ValueError on a bad ``INDUCTOR_XPUGRAPH_*`` value in any other program,
+keeps the setting's default there and leaves the value to this check (``_settings``). The
+settings check reads the environment afresh, so ``doctor.main()`` in a process whose
+environment changed after the import reports what a new import would refuse; the probe's
+child runs without the refused variables.
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ def bad_settings() -> dict[str, tuple[str, str]]:
             continue
         default = getattr(config, name)
         try:
-            _settings.from_environment(name, variable, default)
+            _settings.environment_value(name, variable, default)
         except ValueError as error:
             bad[variable] = (str(error), _accepted(name, default))
     return bad

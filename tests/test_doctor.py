@@ -146,11 +146,6 @@ def test_a_bogus_device_setting_is_a_fail_line_naming_the_variable_and_what_it_a
     assert "Traceback" not in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="python -m imports inductor_xpugraph/__init__.py before the doctor runs, and the "
-    "package raises there on a bad value: the package must let the doctor start",
-)
 def test_the_command_with_a_bogus_setting_prints_a_fail_line_not_a_traceback():
     result = run_doctor("--no-probe", INDUCTOR_XPUGRAPH_DEVICES="bogus")
     assert "FAIL  settings: INDUCTOR_XPUGRAPH_DEVICES='bogus'" in result.stdout

@@ -149,6 +149,18 @@ def test_the_picture_is_written(device, tmp_path):
         assert (tmp_path / name).stat().st_size > 1000
 
 
+def test_the_report_command_given_a_missing_script_says_so_in_one_line_and_exits_2(
+    tmp_path, capsys
+):
+    from inductor_xpugraph import __main__
+
+    missing = tmp_path / "missing.py"
+    assert __main__.main(["report", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no report of nothing
+    assert captured.err == f"error: cannot run {missing}: no such file\n"
+
+
 def test_an_empty_process_reports_no_graphs(device):
     report = inductor_xpugraph.report()
     assert report.trees == () and "no graphs recorded" in str(report)

@@ -1,5 +1,6 @@
 """Settings are checked wherever they come from: environment, assignment, patch. A bad value
-raises ValueError naming the setting and what it accepts, and applies nothing."""
+raises ValueError naming the setting and what it accepts, and applies nothing; only this
+package's command line records a bad environment value instead (the doctor reports it)."""
 
 import os
 import subprocess
@@ -59,6 +60,49 @@ def test_a_bad_device_list_enables_nothing():
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("refused:") and "bogus" in lines[0], result.stderr
     assert lines[-1] == "True"
+
+
+@pytest.mark.parametrize(
+    "argv, orig_argv, is_the_command_line",
+    [
+        (["-m", "doctor"], ["python", "-m", "inductor_xpugraph", "doctor"], True),
+        (["-m"], ["python", "-X", "dev", "-minductor_xpugraph"], True),
+        (["/venv/bin/inductor-xpugraph"], ["python", "/venv/bin/inductor-xpugraph"], True),
+        (["-m", "doctor"], ["python", "-m", "mytool", "doctor"], False),  # imports us
+        (["-m"], ["python", "-m", "inductor_xpugraph.deploy"], False),
+        (["train.py"], ["python", "train.py"], False),
+        (["-c"], ["python", "-c", "import inductor_xpugraph"], False),
+    ],
+)
+def test_only_this_packages_command_line_is_exempt_from_raising(
+    monkeypatch, argv, orig_argv, is_the_command_line
+):
+    from inductor_xpugraph import _settings
+
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert _settings._imported_by_the_command_line() is is_the_command_line
+
+
+def test_under_the_command_line_a_refused_value_is_recorded_and_the_default_kept(monkeypatch):
+    from inductor_xpugraph import _settings
+
+    monkeypatch.setattr(_settings, "refused", {})
+    monkeypatch.setenv("INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0")
+    assert _settings.from_environment("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1) == 1
+    (why,) = _settings.refused.values()
+    assert why.startswith("INDUCTOR_XPUGRAPH_WARMUP_RUNS='0' is not a valid value")
+
+
+def test_a_command_other_than_the_doctor_stops_at_a_bad_setting_in_one_line(tmp_path):
+    env = {**os.environ, "INDUCTOR_XPUGRAPH_WARMUP_RUNS": "0"}
+    command = [sys.executable, "-m", "inductor_xpugraph", "inspect", str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    first, hint = result.stderr.splitlines()
+    assert first.startswith("error: INDUCTOR_XPUGRAPH_WARMUP_RUNS='0' is not a valid value")
+    assert "python -m inductor_xpugraph doctor" in hint
 
 
 @pytest.mark.parametrize(

@@ -56,10 +56,10 @@ PRIVATE_APIS = [
     "torch.UntypedStorage._new_with_weak_ptr",
     "torch.utils.cpp_extension._get_build_directory",
     "torch._inductor.utils.ALIGNMENT",  # graphed_callable: the static inputs' alignment check
-    # deploy.py: a loaded export's input check in C++; without it, the check in Python
+    # deploy/inputs.py: a loaded export's input check in C++; without it, the check in Python
     "torch._C._dynamo.guards.TensorGuards",
-    # deploy.py: the export's static inputs told to Inductor (standalone_compile passes its
-    # options to compile_fx, whose inner_compile this is)
+    # deploy/exporting.py: the export's static inputs told to Inductor (standalone_compile
+    # passes its options to compile_fx, whose inner_compile this is)
     "torch._inductor.compile_fx.compile_fx_inner",
 ]
 

@@ -6,6 +6,8 @@ inference graph (no autograd history, one recording replayed), calls with grad o
 training graphs, as a ``torch.compile``d model would.
 """
 
+import json
+
 import pytest
 import torch
 
@@ -67,6 +69,8 @@ def test_a_loaded_export_called_with_grad_on_builds_autograd_history(device, exp
     """Grad on and the weights requiring grad: the training graphs run, and backward gives
     the weights the gradients eager gives them."""
     model, path = exported_model(device)
+    if not json.loads((path / "inductor_xpugraph.json").read_text())["training"]:
+        pytest.skip(f"torch {torch.__version__} saved no training graphs (export warned)")
     served = load(path)
     weights = weights_of(model)
     x = torch.randn(4, 8, device=device)

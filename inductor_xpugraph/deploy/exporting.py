@@ -38,9 +38,11 @@ entries its compile writes, so ``export`` refuses to start when they are forced 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,14 +116,31 @@ def export(
     training = torch.is_grad_enabled() and any(
         isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs
     )
+    # Each compile gets a graph of its own: a compile may change the graph it is given.
     with _enabled(device_type), config.patch(_export_static_inputs=static):
+        training_artifact = None
+        if training:
+            training_artifact = _standalone_compiled(copy.deepcopy(gm), example_inputs, static)
         with torch.no_grad():
-            inference_artifact = _standalone_compiled(gm, example_inputs, static)
-        training_artifact = _standalone_compiled(gm, example_inputs, static) if training else None
+            inference_artifact = _standalone_compiled(copy.deepcopy(gm), example_inputs, static)
     path.mkdir(parents=True, exist_ok=True)
     wrappers = _saved(inference_artifact, path / FORMATS[format], format)
     if training_artifact is not None:
-        wrappers += _saved(training_artifact, path / TRAINING[format], format)
+        try:
+            wrappers += _saved(training_artifact, path / TRAINING[format], format)
+        except RuntimeError as error:
+            if "no aot_autograd artifacts" not in str(error):
+                raise
+            # torch 2.11's AOTAutograd cache keeps no entry for these training graphs (seen
+            # on cuda), so standalone_compile cannot save them.
+            training = False
+            warnings.warn(
+                f"inductor_xpugraph.export: torch {torch.__version__} saves no training graphs "
+                f"for this function (standalone_compile: {str(error).splitlines()[0][:120]}); "
+                f"the export holds its inference graph only, which every call runs: outputs "
+                f"never require grad",
+                stacklevel=2,
+            )
     if constants:
         torch.save(constants, path / CONSTANTS)
     manifest = {

@@ -156,8 +156,8 @@ def test_an_out_of_memory_inside_a_capture_leaves_the_process_usable(cuda_each_s
 
 def test_a_capture_another_thread_invalidated_leaves_random_ops_usable(cuda_each_strategy):
     """The capture fails in ``capture_end()``, which leaves torch's generator in capture mode;
-    the backend takes it out, so random ops and other graphs work afterwards (on the H100,
-    before e674187, every later random op in the process raised)."""
+    the backend takes it out, so random ops and other graphs work afterwards (left in capture
+    mode, every later random op in the process raises)."""
     broken = torch.compile(
         lambda x: invalidated_by_another_thread(x.sin()) + 1, mode="reduce-overhead"
     )

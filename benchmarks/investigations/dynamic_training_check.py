@@ -5,9 +5,9 @@ The conformance test ``test_dynamic_sizes_in_training`` (an MLP compiled with
 step) failed intermittently on the H100 for our trees and for upstream's alike. This runs
 the same loop ``--trials`` times per variant, each variant in a fresh process, and counts
 the trials whose gradients differ from eager's; Inductor without graphs is the control.
-The cause is ``torch._C._cuda_clearCublasWorkspaces()``, which our cuda backend called
-around warmups and captures until 3887713 (and upstream's trees call): Inductor without graphs
-goes wrong the same way with it (``inductor_clearing``). Results: ``benchmarks/RESULTS.md``,
+The cause is ``torch._C._cuda_clearCublasWorkspaces()``, which upstream's trees call around
+warmups and captures (this project's cuda backend never does): Inductor without graphs goes
+wrong the same way with it (``inductor_clearing``). Results: ``benchmarks/RESULTS.md``,
 "Wrong gradients and cuBLAS workspaces".
 
     PYTHONPATH=. python3 benchmarks/investigations/dynamic_training_check.py --trials 20 [--cold]
@@ -28,7 +28,7 @@ import tempfile
 import torch
 
 # inductor_clearing: Inductor without graphs, clearing cuBLAS workspaces around the forward
-# and the backward, as our cuda backend did around warmups and captures before 3887713.
+# and the backward, as upstream's trees do around warmups and captures.
 VARIANTS = ("inductor", "inductor_clearing", "upstream", "ours", "ours_portable")
 BATCHES = (4, 6, 8, 4, 6, 8, 4)
 

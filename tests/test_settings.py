@@ -160,15 +160,16 @@ def test_an_operator_name_without_its_namespace_is_refused_and_changes_nothing()
     assert config.never_capture_ops == before
 
 
-def test_the_readme_example_for_intel_gpus_sets_the_operator_lists(monkeypatch):
+def test_the_readme_example_for_intel_gpus_sets_the_operator_lists():
     from pathlib import Path
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme[readme.index("## On Intel GPUs") :]
     start = section.index("```python\n") + len("```python\n")
     example = section[start : section.index("```\n", start)]
-    for name in ("allow_capture_ops", "never_capture_ops"):
-        monkeypatch.setattr(config, name, getattr(config, name))  # given back after the test
-    exec(compile(example, "README.md", "exec"), {})
-    assert config.allow_capture_ops == ("aten::_scaled_dot_product_flash_attention",)
-    assert config.never_capture_ops == ("mylib::wait_for_host",)
+    # The patch gives both lists back after the block, whatever it set.
+    with config.patch(allow_capture_ops=(), never_capture_ops=()):
+        exec(compile(example, "README.md", "exec"), {})
+        assert config.allow_capture_ops == ("aten::_scaled_dot_product_flash_attention",)
+        assert config.never_capture_ops == ("mylib::wait_for_host",)
+    assert config.allow_capture_ops == () and config.never_capture_ops == ()

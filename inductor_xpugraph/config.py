@@ -22,13 +22,13 @@ from ._settings import from_environment as _from_environment
 # initialises kernels and library handles; none of that may happen inside a capture.
 warmup_runs: int = _from_environment("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
 
-# Thrash guard: a callable that records more than ``rerecord_limit`` sets of addresses of its
-# static inputs never seen before (a parameter, buffer or KV cache moved) within
+# Thrash guard: a callable that would record again more than ``rerecord_limit`` times within
 # ``rerecord_window`` generations runs un-graphed from then on: recording that often costs
-# more than replaying saves. The same limit applies to recording again what the bound on
-# variants (``static_input_variants``) dropped, below included. An input re-created once per
-# request (``generate`` allocates a new static KV cache per call) records once per request
-# and stays graphed.
+# more than replaying saves. Recording again: for addresses of its static inputs no kept
+# recording has (a parameter, buffer or KV cache moved, or came back after the bound on
+# variants dropped its recording), or below a dropped variant of a graph before it
+# (trees.recording_policy). An input re-created once per request (``generate`` allocates a
+# new static KV cache per call) records once per request and stays graphed.
 rerecord_limit: int = _from_environment("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", 8)
 rerecord_window: int = _from_environment("rerecord_window", "INDUCTOR_XPUGRAPH_RERECORD_WINDOW", 64)
 
@@ -36,7 +36,7 @@ rerecord_window: int = _from_environment("rerecord_window", "INDUCTOR_XPUGRAPH_R
 # inputs (parameters, buffers, ``mark_static_address`` tensors such as a KV cache): when a set
 # of addresses comes back, its recording replays. Past this many, the least recently used one
 # is dropped, with the recordings below it. Recording those again counts toward
-# ``rerecord_limit`` separately from address sets never seen before.
+# ``rerecord_limit``.
 static_input_variants: int = _from_environment(
     "static_input_variants", "INDUCTOR_XPUGRAPH_STATIC_INPUT_VARIANTS", 4
 )

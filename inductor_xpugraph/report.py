@@ -178,7 +178,7 @@ def _node_report(node: GraphNode, variant: int, variants: int) -> NodeReport:
 def _callable_reports() -> Iterator[CallableReport]:
     recorded = {node.callable_id for tree in all_trees() for node in tree.nodes()}
     for graphed in sorted(_all_callables, key=lambda g: g.id):
-        if graphed.fallen_back:
+        if graphed.policy.stopped:
             state = CallableState.FALLBACK
         elif graphed.id in recorded:
             state = CallableState.GRAPHED
@@ -189,8 +189,8 @@ def _callable_reports() -> Iterator[CallableReport]:
             phase=graphed.phase,
             device=graphed.device,
             state=state,
-            sizes_seen=len(graphed._calls_before_record),
-            rerecords=graphed.rerecords,
+            sizes_seen=graphed.policy.sizes_seen,
+            rerecords=graphed.policy.rerecords,
             source=graphed.source,
         )
 

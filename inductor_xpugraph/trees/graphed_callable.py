@@ -17,17 +17,11 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    When a non-copied input moved, the callable is recorded again as a *variant*, beside the
    recordings for the addresses seen before, and whichever matches replays (a KV cache or a
    parameter set that comes back). At most ``config.static_input_variants`` variants are kept
-   per place, the least recently used dropped first. The thrash guard: a callable runs
-   un-graphed for good when, within ``config.rerecord_window`` generations, it records
-   more than ``config.rerecord_limit`` address sets never seen before (its inputs move on
-   nearly every step), or records again more than that many recordings it had and lost to
-   that bound (its address sets, or those of a graph before it, cycle through more than
-   are kept: the graphs below an evicted variant go with it). One whose inputs are
-   re-created once per request stays graphed.
+   per place, the least recently used dropped first.
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
-ints): one recording per distinct size; see ``config.dynamic_shape_warn_limit`` and
-``config.skip_dynamic_graphs``. A callable that mutates an input is captured only when that
+ints): one recording per distinct size. How many warmups, which sizes, how many re-records
+before the callable stops recording (the thrash guard): ``recording_policy``. A callable that mutates an input is captured only when that
 input is static or an output of an earlier graph (a replay would otherwise write to a copy).
 Calls made while the current stream is already being captured (by anyone) run the plain
 callable: a capture is never nested inside another.
@@ -55,6 +49,7 @@ from . import messages, stats
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, Recording, StaticInput, input_identity
+from .recording_policy import RecordingPolicy
 from .tree import GraphTree, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
@@ -71,30 +66,6 @@ _all_callables: weakref.WeakSet[GraphedCallable] = weakref.WeakSet()
 def reset_all_callables() -> None:
     for graphed in list(_all_callables):
         graphed.reset()
-
-
-class RecentRecords:
-    """The thrash guard's clock for one kind of recording: the tree generations of the
-    latest ``config.rerecord_limit + 1``. Too many when they all fell within
-    ``config.rerecord_window`` generations."""
-
-    __slots__ = ("generations",)
-
-    def __init__(self) -> None:
-        self.generations: list[int] = []
-
-    def add(self, generation: int) -> bool:
-        """Note one recording at ``generation``; True when that makes too many."""
-        recent = self.generations
-        recent.append(generation)
-        del recent[: -(config.rerecord_limit + 1)]
-        return (
-            len(recent) > config.rerecord_limit and recent[-1] - recent[0] < config.rerecord_window
-        )
-
-    def span(self) -> int:
-        """Generations from the oldest noted recording to the latest, both included."""
-        return self.generations[-1] - self.generations[0] + 1
 
 
 class GraphedCallable:
@@ -149,21 +120,13 @@ class GraphedCallable:
     def reset(self) -> None:
         """Forget this callable's warmups, re-records and fallback (its nodes live in the
         tree): it warms up and records again, as if new."""
-        self._calls_before_record: dict[tuple[int, ...], int] = {}
+        self.policy = RecordingPolicy(self.name, self.source)
         # Positions of int (size) inputs; None until the first call.
         self._size_inputs: tuple[int, ...] | None = None
         # Positions where the call that starts a generation may be passed an output of the
         # generation before (Note [Outputs passed back in]): the tensor inputs that are
         # neither static nor mutated. None until the first call.
         self._passed_back: tuple[int, ...] | None = None
-        # Addresses of the static inputs of every recording made, to tell a set that comes
-        # back from a new one. The thrash guard counts two kinds of recordings: of new
-        # address sets, and again of recordings the bound on variants evicted.
-        self._address_sets_seen: set[tuple[int, ...]] = set()
-        self._new_address_sets = RecentRecords()
-        self._evicted_recorded_again = RecentRecords()
-        self.rerecords = 0  # new address sets recorded, in all
-        self.fallen_back = False
 
     def __call__(self, args: list[Any]) -> Any:
         tree = thread_trees().get(self.device) or tree_for(self.device)
@@ -230,7 +193,7 @@ class GraphedCallable:
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         if self.aligned_inputs:
             self._check_alignment(args)
-        if self.fallen_back or tree.backend.is_capturing() or tree.backend.cannot_record:
+        if self.policy.stopped or tree.backend.is_capturing() or tree.backend.cannot_record:
             # Un-graphed for good (here, or on the whole device), or someone else is
             # capturing: run inside their capture.
             return self.fn(args)
@@ -258,11 +221,9 @@ class GraphedCallable:
             return self._record(tree, key, args, rerecord_reason=messages.LIVENESS_VARIANT)
         if variants:  # recorded here, but a static input has an address no recording has
             return self._record_variant(tree, variants, key, args)
-        calls = self._calls_before_record.get(key, 0)
-        if calls == 0 and key and not self._accept_new_size():
+        if not self.policy.admit_size(key):
             return self.fn(args)
-        if calls < config.warmup_runs:
-            self._calls_before_record[key] = calls + 1
+        if self.policy.warm_up(key):
             stats.counters["warmups"] += 1
             return self._run_eagerly(tree, args)
         return self._record(tree, key, args)
@@ -279,17 +240,6 @@ class GraphedCallable:
         outputs = tree.backend.warmup(self.fn, args)
         tree.hand_out_eager(self.identity, [out for out in outputs if id(out) not in input_ids])
         return outputs
-
-    def _accept_new_size(self) -> bool:
-        sizes_seen = len(self._calls_before_record)
-        if sizes_seen < config.dynamic_shape_warn_limit:
-            return True
-        if config.skip_dynamic_graphs:
-            stats.record_skip(messages.too_many_sizes_skipped(), self.name, self.source)
-            return False
-        if sizes_seen == config.dynamic_shape_warn_limit:
-            log.warning(messages.MANY_SIZES, self.name, sizes_seen)
-        return True
 
     def _may_record_below_itself(self, tree: GraphTree) -> bool:
         """A step that cannot end (a backward may still read what its forwards left) records
@@ -325,17 +275,20 @@ class GraphedCallable:
         recording = variants[0].recording
         moved, replaced = recording.changed_inputs(args)
         # An address set seen before was recorded here and dropped since, by the bound.
-        seen_before = recording.input_identity(args) in self._address_sets_seen
-        if not seen_before:
-            self.rerecords += 1
-            if self._new_address_sets.add(tree.generations_started):
-                moving = self.describe_inputs(moved + replaced)
-                span = self._new_address_sets.span()
-                return self._fall_back(messages.fallback_for_moving_inputs(moving, span), args)
+        dropped = self.policy.seen_before(recording.input_identity(args))
+        if self.policy.note_rerecord(tree.generations_started):
+            span = self.policy.rerecord_span()
+            if dropped:
+                reason = messages.fallback_for_evicted_rerecords(span)
+            else:
+                reason = messages.fallback_for_moving_inputs(
+                    self.describe_inputs(moved + replaced), span
+                )
+            return self._fall_back(reason, args)
         if len(variants) >= config.static_input_variants:
             tree.evict_variant(variants[-1])  # the least recently used
         reason = messages.rerecord(self._what_changed(moved, replaced))
-        return self._record(tree, key, args, evicted_before=seen_before, rerecord_reason=reason)
+        return self._record(tree, key, args, counted=True, rerecord_reason=reason)
 
     def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
         """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``,
@@ -355,7 +308,7 @@ class GraphedCallable:
     def _fall_back(self, reason: str, args: list[Any]) -> Any:
         """Run un-graphed from now on (the thrash guard); the tree drops this callable's
         recordings."""
-        self.fallen_back = True
+        self.policy.stop(reason)
         forget_callable(self.id)
         stats.counters["fallbacks"] += 1
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
@@ -366,11 +319,12 @@ class GraphedCallable:
         tree: GraphTree,
         key: tuple[int, ...],
         args: list[Any],
-        evicted_before: bool = False,
+        counted: bool = False,
         rerecord_reason: str | None = None,
     ) -> Any:
-        """Capture a new node below the current one. ``evicted_before``: what it records was
-        recorded before and dropped by the bound on variants (the thrash guard counts it).
+        """Capture a new node below the current one. ``counted``: the thrash guard has
+        counted this recording as a re-record already (``_record_variant``); otherwise it
+        counts it here if it went with a dropped variant before it (``tree.take_evicted``).
         ``rerecord_reason``: this callable was recorded here before, and why it is again;
         counted and said only once the capture is admitted (a refused one records nothing)."""
         path_blocks = tree.path_blocks()
@@ -389,16 +343,19 @@ class GraphedCallable:
             return self.fn(args)
         if not tree.admit_capture_here():
             return self._run_eagerly(tree, args)
-        evicted_before = tree.take_evicted(self.id, key) or evicted_before
-        if evicted_before and self._evicted_recorded_again.add(tree.generations_started):
-            span = self._evicted_recorded_again.span()
-            return self._fall_back(messages.fallback_for_evicted_rerecords(span), args)
+        if (
+            tree.take_evicted(self.id, key)
+            and not counted
+            and self.policy.note_rerecord(tree.generations_started)
+        ):
+            reason = messages.fallback_for_evicted_rerecords(self.policy.rerecord_span())
+            return self._fall_back(reason, args)
 
         if tree.pending_backward and not self._may_record_below_itself(tree):
             tree.leave_for_this_generation()
             return self._run_eagerly(tree, args)
         static_inputs = [StaticInput.of(args, i) for i in static]
-        self._address_sets_seen.add(input_identity(args, static, objects))
+        self.policy.note_recorded(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
         first_replay_args = [arg if i in copied else None for i, arg in enumerate(args)]
@@ -444,10 +401,10 @@ class GraphedCallable:
         its other graphs again from a fresh pool from its next generation
         (``GraphTree.start_over``). With ``config.capture_failure_raises`` the caller gets
         the device's error instead, as before a graph existed."""
-        self.fallen_back = True
         raises = config.capture_failure_raises
         stats.counters["capture_failures"] += 1
         reason = messages.capture_failed(tree.device, error, raises)
+        self.policy.stop(reason)
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         if raises:
             raise error

@@ -33,23 +33,24 @@ def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
 
 def fallback_for_moving_inputs(moved: str, generations: int) -> str:
     return (
-        f"met {config.rerecord_limit + 1} new sets of addresses of its static inputs "
-        f"(parameters, buffers, graph-produced or static-address inputs) within "
-        f"{generations} generations (now {moved} moved); running it un-graphed from now on "
-        f"(limits: inductor_xpugraph.config.rerecord_limit={config.rerecord_limit} new sets "
-        f"within rerecord_window={config.rerecord_window} generations)"
+        f"recorded again {config.rerecord_limit} times within {generations} generations and "
+        f"would once more, now because {moved} moved to addresses never seen before (its static "
+        f"inputs: parameters, buffers, graph-produced or static-address inputs); running it "
+        f"un-graphed from now on (limits: inductor_xpugraph.config.rerecord_limit="
+        f"{config.rerecord_limit} re-records within rerecord_window={config.rerecord_window} "
+        f"generations)"
     )
 
 
 def fallback_for_evicted_rerecords(generations: int) -> str:
     return (
-        f"recorded {config.rerecord_limit + 1} times within {generations} generations what "
-        f"it had recorded before and dropped to keep at most "
+        f"recorded again {config.rerecord_limit} times within {generations} generations and "
+        f"would once more, now what it had recorded before and dropped to keep at most "
         f"{config.static_input_variants} variants (its static inputs, or those of a graph "
         f"before it, cycle through more address sets than are kept); running it un-graphed "
         f"from now on (limits: inductor_xpugraph.config.static_input_variants="
-        f"{config.static_input_variants}, rerecord_limit={config.rerecord_limit} within "
-        f"rerecord_window={config.rerecord_window} generations)"
+        f"{config.static_input_variants}, rerecord_limit={config.rerecord_limit} re-records "
+        f"within rerecord_window={config.rerecord_window} generations)"
     )
 
 

@@ -193,3 +193,22 @@ def test_a_parameter_swapped_before_a_graph_break_and_back_replays_its_recording
         return y.sin()
 
     swap_parameters_and_back(impl, fn, gradient=lambda x, p: x * (x * p).cos())
+
+
+class _Run(torch.nn.Module):
+    def forward(self, module, x):
+        return module(x)
+
+
+def test_a_new_module_passed_in_at_every_call_stops_recording(impl):
+    """One compiled ``run(module, x)`` given a new ``nn.Linear`` at every call: its
+    parameters arrive at new or recycled addresses each time, and at most
+    ``rerecord_limit`` re-records follow the first recording."""
+    run = impl.compile(_Run())
+    x = torch.randn(2, 8, device=impl.device)
+    with impl.rerecord_limit(2), torch.no_grad():
+        for seed in range(10):
+            torch.manual_seed(seed)
+            module = torch.nn.Linear(8, 8).to(impl.device)
+            torch.testing.assert_close(run(module, x), module(x))
+    assert impl.counts().records <= 1 + 2

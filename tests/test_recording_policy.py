@@ -1,0 +1,279 @@
+"""The recording policy: warmups, sizes, variants and the thrash guard (``trees.recording_policy``).
+
+The policy's counting is pinned down on its own first, then through compiled callables on the
+CPU emulator everywhere and on cuda (both memory strategies) with ``-m gpu``.
+"""
+
+import logging
+
+import pytest
+import torch
+
+import inductor_xpugraph
+from inductor_xpugraph.trees.recording_policy import RecordingPolicy
+from inductor_xpugraph.trees.tree import all_trees
+
+# -- the policy on its own ------------------------------------------------------------------
+
+
+@pytest.fixture
+def policy():
+    with inductor_xpugraph.config.patch(
+        warmup_runs=1, rerecord_limit=3, rerecord_window=10, dynamic_shape_warn_limit=2
+    ):
+        yield RecordingPolicy("call", source=None)
+
+
+def test_each_size_warms_up_warmup_runs_times_then_records(policy):
+    with inductor_xpugraph.config.patch(warmup_runs=2):
+        assert [policy.warm_up((4,)) for _ in range(3)] == [True, True, False]
+        assert policy.warm_up((8,)) is True
+    assert policy.sizes_seen == 2
+
+
+def test_sizes_past_the_warn_limit_are_admitted_with_one_warning(policy, caplog):
+    for size in (1, 2):
+        assert policy.admit_size((size,))
+        policy.warm_up((size,))
+    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+        for size in (3, 4, 5):
+            assert policy.admit_size((size,))
+            policy.warm_up((size,))
+    assert len([r for r in caplog.records if "distinct sizes" in r.getMessage()]) == 1
+
+
+def test_sizes_past_the_warn_limit_are_refused_when_skipping_dynamic_graphs(policy):
+    for size in (1, 2):
+        policy.warm_up((size,))
+    with inductor_xpugraph.config.patch(skip_dynamic_graphs=True):
+        assert not policy.admit_size((3,))
+        assert policy.admit_size((1,))  # a size seen before still is
+        assert policy.admit_size(())  # and a callable without sizes
+
+
+def test_more_rerecords_than_the_limit_within_the_window_stop_recording(policy):
+    assert [policy.note_rerecord(generation) for generation in range(4)] == [
+        False, False, False, True,
+    ]
+    assert policy.rerecords == 3
+    assert policy.rerecord_span() == 4
+
+
+def test_rerecords_spread_over_more_than_the_window_never_stop_recording(policy):
+    assert not any(policy.note_rerecord(generation) for generation in range(0, 200, 4))
+    assert policy.rerecords == 50
+
+
+def test_an_address_set_recorded_once_is_seen_before(policy):
+    policy.note_recorded((1, 2))
+    assert policy.seen_before((1, 2)) and not policy.seen_before((1, 3))
+
+
+# -- through compiled callables ----------------------------------------------------------------
+
+
+def swap_to(model, weight):
+    model.weight = weight  # a different Parameter object: another address
+
+
+def test_a_new_weight_at_a_freed_weights_address_replays_that_recording(device):
+    """A new parameter the allocator places where an old one was: the recording for that
+    address reads it there, so it replays (cuda's caching allocator does this at once)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        address = model.weight.data_ptr()
+        storage = model.weight.untyped_storage()
+        swap_to(model, torch.nn.Parameter(torch.randn_like(model.weight)))
+        compiled(x)  # a variant for the new address
+        # The old weight's memory gets new values and comes back as the weight.
+        storage.copy_(torch.randn_like(model.weight).untyped_storage())
+        swap_to(model, torch.nn.Parameter(torch.empty(0, device=device).set_(storage).view(8, 16)))
+        assert model.weight.data_ptr() == address
+        torch.testing.assert_close(compiled(x), model(x))
+    assert inductor_xpugraph.stats()["records"] == 2
+
+
+def test_a_parameter_set_that_comes_back_replays_its_recording(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    first, second = model.weight, torch.nn.Parameter(torch.randn_like(model.weight))
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):  # warmup, record, replay
+            compiled(x)
+        swap_to(model, second)
+        compiled(x)  # a new address set: a variant is recorded
+        for weight in (first, second, first, second):  # both come back: replays only
+            swap_to(model, weight)
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["replays"]) == (2, 1, 5)
+
+
+def test_variants_are_bounded_and_a_dropped_one_records_again_as_a_rerecord(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    weights = [model.weight] + [
+        torch.nn.Parameter(torch.randn_like(model.weight)) for _ in range(2)
+    ]
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(static_input_variants=2), torch.no_grad():
+        compiled(x)  # warmup
+        for weight in weights:  # three address sets, two kept: the first is dropped
+            swap_to(model, weight)
+            compiled(x)
+        swap_to(model, weights[0])
+        torch.testing.assert_close(compiled(x), model(x))  # recorded again
+        (tree,) = [tree for tree in all_trees() if tree.nodes()]
+        assert len(tree.nodes()) == 2
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (4, 3, 0)
+    # Toward the fallback limit count the two new address sets and the dropped one.
+    (report,) = [c for c in inductor_xpugraph.report().callables if c.rerecords]
+    assert report.rerecords == 3
+
+
+def test_variants_evicted_and_recorded_again_too_often_fall_back(device):
+    """Three weights in turn with two variants kept: each call evicts the recording the
+    next one needs. After rerecord_limit such records the callable runs un-graphed,
+    instead of capturing at every call."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    weights = [torch.nn.Parameter(torch.randn_like(model.weight)) for _ in range(3)]
+    x = torch.randn(4, 16, device=device)
+    limit = inductor_xpugraph.config.rerecord_limit
+    with inductor_xpugraph.config.patch(static_input_variants=2), torch.no_grad():
+        for step in range(30):
+            swap_to(model, weights[step % 3])
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["fallbacks"] == 1 and stats["replays"] == 0
+    assert stats["records"] == 1 + limit  # the first, then limit re-records
+    reasons = [e.reason for e in inductor_xpugraph.report().events if e.kind.name == "FALLBACK"]
+    assert any("dropped to keep at most 2 variants" in reason for reason in reasons)
+
+
+def test_a_graph_recorded_below_a_cycling_one_falls_back_too(device):
+    """The second graph of a step is recorded below whichever variant of the first ran,
+    at a place where it has no recording to be a variant of; when the first graph's
+    variants are evicted, the second graph's recordings go with them. It too must not
+    capture at every step."""
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(16, 16).to(device), torch.nn.Linear(16, 8).to(device)
+
+    def step(x):
+        hidden = first(x)
+        torch._dynamo.graph_break()
+        return second(hidden)
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    weights = [torch.nn.Parameter(torch.randn_like(first.weight)) for _ in range(3)]
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(static_input_variants=2), torch.no_grad():
+        for i in range(40):
+            swap_to(first, weights[i % 3])
+            torch.testing.assert_close(compiled(x), step(x))
+        records, replays = (inductor_xpugraph.stats()[k] for k in ("records", "replays"))
+        for i in range(6):
+            swap_to(first, weights[i % 3])
+            compiled(x)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == records  # nothing records at every step any more
+    # The first graph stopped; the second, now first of its step, replays at every step.
+    assert stats["fallbacks"] == 1 and stats["replays"] == replays + 6
+
+
+def test_weights_loaded_in_place_reach_the_next_replay(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        other = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).to(device)
+        model.load_state_dict(other.state_dict())  # copies into the same tensors
+        torch.testing.assert_close(compiled(x), other(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["replays"]) == (1, 0, 2)
+
+
+def test_a_static_input_recreated_once_per_request_stays_graphed(device):
+    """A KV cache allocated per ``generate`` call (a ``mark_static_address`` tensor the graph
+    writes into) is a new address set per request: one recording each, never a fallback,
+    while the same number of new sets on consecutive steps is thrash and falls back."""
+
+    def decode_step(token, cache):
+        cache.mul_(0.5).add_(token)  # written in place, as a KV cache is
+        return cache.sum(dim=0)
+
+    compiled = torch.compile(decode_step, mode="reduce-overhead")
+    caches = []  # every cache stays alive (as results kept by a caller): all addresses new
+    with inductor_xpugraph.config.patch(rerecord_limit=2, rerecord_window=8):
+        for _request in range(6):
+            caches.append(torch.zeros(4, 32, device=device))
+            torch._dynamo.mark_static_address(caches[-1])
+            expected = torch.zeros(4, 32, device=device)
+            for _step in range(5):
+                token = torch.randn(4, 32, device=device)
+                expected = expected * 0.5 + token
+                torch.testing.assert_close(compiled(token, caches[-1]), expected.sum(dim=0))
+        stats = inductor_xpugraph.stats()
+        assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (6, 5, 0)
+        assert stats["replays"] == 6 * 5 - 6 - 1  # every step but the records and the warmup
+        for _step in range(3):  # a new cache on every step: thrash
+            caches.append(torch.zeros(4, 32, device=device))
+            torch._dynamo.mark_static_address(caches[-1])
+            compiled(torch.randn(4, 32, device=device), caches[-1])
+    assert inductor_xpugraph.stats()["fallbacks"] == 1
+
+
+
+def test_new_and_dropped_address_sets_in_turn_share_one_limit(device):
+    """Weights that alternate between sets never seen before and sets the bound on variants
+    dropped record at every call: the guard counts both kinds on one clock, so the callable
+    stops after ``rerecord_limit`` re-records."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    weights = [torch.nn.Parameter(torch.randn_like(model.weight)) for _ in range(8)]
+    order = [0, 1, 2, 0, 3, 1, 4, 2, 5, 0, 6, 1, 7, 2]  # with 2 kept, none is kept when it comes
+    x = torch.randn(4, 16, device=device)
+    with inductor_xpugraph.config.patch(static_input_variants=2, rerecord_limit=4):
+        with torch.no_grad():
+            compiled(x)  # warmup
+            for index in order:
+                swap_to(model, weights[index])
+                torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["replays"], stats["fallbacks"]) == (1 + 4, 0, 1)
+
+
+class _Run(torch.nn.Module):
+    def forward(self, module, x):
+        return module(x)
+
+
+def test_a_new_module_passed_in_at_every_call_stops_recording_within_the_limit(device):
+    """``run(module, x)`` compiled once and given a new ``nn.Linear`` at every call: its
+    parameters are graph inputs at new (or recycled) addresses every time. Recording at every
+    call and never replaying is what the guard exists to stop."""
+    run = torch.compile(_Run(), mode="reduce-overhead")
+    x = torch.randn(4, 8, device=device)
+    limit = inductor_xpugraph.config.rerecord_limit
+    with torch.no_grad():
+        for seed in range(14):
+            torch.manual_seed(seed)
+            module = torch.nn.Linear(8, 8).to(device)
+            torch.testing.assert_close(run(module, x), module(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] <= 1 + limit
+    assert stats["fallbacks"] == 1 or stats["replays"] > 0

@@ -1,0 +1,500 @@
+"""The zoo: over 40 Hugging Face, timm and torchvision models, in inference and training, each
+compiled by every implementation in a process of its own, checked against eager and timed, as
+PyTorch's dashboard does for Inductor.
+
+Run on the GPU machine from the repository root; the full cuda run in two shards:
+
+    PYTHONPATH=. python3 benchmarks/zoo.py --shard 1/2 --out zoo1.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --shard 2/2 --out zoo2.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --summarize zoo1.json zoo2.json
+
+Implementations: ``eager``; ``inductor`` (``torch.compile``, default mode); ``upstream``
+(``mode="reduce-overhead"``, Inductor's CUDA Graph Trees: cuda only); ``ours`` (the same mode
+with this package enabled for the device, allocator checkpointing) and ``ours_owned`` (owned
+outputs, xpu's strategy). With ``--device cpu`` ours runs on the CPU emulator: a check that the
+script runs, its timings mean nothing.
+
+Each (model, mode, implementation) runs in a fresh process (``zoo_measure.py`` says what it
+measures) with an empty Inductor and Triton cache of its own. ``--jobs`` processes run at once,
+so that compiles overlap; a process holds a lock on a file while it times, so that no two
+processes time at once (the others may still be compiling beside it). A process that runs past
+``--timeout`` is killed and its row says so.
+
+Summary per (mode, implementation), over the models that ran: correct rows; rows whose graphs
+replay; geometric-mean speedup over eager, pipelined and synchronized; against upstream, on the
+models where both passed: geometric mean of the time ratio, median of the compile-time ratio,
+geometric mean of the peak allocated and reserved memory ratios, and the number of models
+whose peak allocated memory is more than 2 MiB above upstream's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+import zoo_models  # noqa: E402
+
+IMPLS = ("eager", "inductor", "upstream", "ours", "ours_owned")
+MODES = ("inference", "training")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def default_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    return "xpu" if hasattr(torch, "xpu") and torch.xpu.is_available() else "cpu"
+
+
+def select_models(suites: list[str], pattern: str | None, shard: tuple[int, int]) -> list[str]:
+    """The models of ``suites`` whose name matches ``pattern``, then every N-th from the K-th
+    (``shard`` = (K, N)): the suites interleave across shards."""
+    names = [
+        name
+        for name, spec in zoo_models.MODELS.items()
+        if spec.suite in suites and (pattern is None or re.search(pattern, name))
+    ]
+    k, n = shard
+    return names[k - 1 :: n]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(f"--shard wants K/N with 1 <= K <= N, got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def split_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [item for item in items if item not in allowed]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {what} {unknown}; choose from {allowed}")
+    return items
+
+
+def git_commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+            text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dict[str, Any]:
+    """One row in a fresh process with an empty compile cache; killed past ``timeout``."""
+    model, mode, impl = job
+    command = [sys.executable, os.path.abspath(__file__), "--child", model, mode, impl]
+    command += ["--device", args.device, "--dtype", args.dtype, "--batch", str(args.batch)]
+    command += ["--calls", str(args.calls), "--timed-calls", str(args.timed_calls)]
+    command += ["--repeats", str(args.repeats), "--lock", lock]
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="zoo_cache_") as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+        env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, os.cpu_count() // args.jobs)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,  # its compile workers share its process group
+        )  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            row = {"status": "timeout", "reason": f"killed after {timeout:.0f} s"}
+        else:
+            lines = stdout.strip().splitlines()
+            try:
+                row = json.loads(lines[-1])
+            except (IndexError, json.JSONDecodeError):
+                tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+                row = {"status": "fail", "reason": f"exit {proc.returncode}: {tail[:300]}"}
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # compile workers left behind, if any
+    row = {"model": model, "mode": mode, "impl": impl, **row}
+    row["wall_s"] = round(time.perf_counter() - start, 2)
+    return row
+
+
+def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> list[dict]:
+    jobs = [(m, mode, impl) for m in models for mode in args.modes for impl in impls]
+    rows: list[dict] = []
+    written = threading.Lock()
+    started = time.perf_counter()
+    deadline = started + args.deadline if args.deadline else None
+    fd, lock = tempfile.mkstemp(prefix="zoo_timing_", suffix=".lock")
+    os.close(fd)
+
+    def one(job):
+        timeout = args.timeout
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                row = {"model": job[0], "mode": job[1], "impl": job[2], "status": "not run"}
+                row["reason"] = f"--deadline {args.deadline:.0f} s passed before it started"
+                return record(row)
+            timeout = min(timeout, left + 30)
+        return record(run_child(job, args, lock, timeout))
+
+    def record(row):
+        with written:
+            rows.append(row)
+            done = f"[{len(rows)}/{len(jobs)}, {time.perf_counter() - started:.0f} s]"
+            why = f" ({row['reason'][:100]})" if row.get("reason") else ""
+            print(
+                f"{done} {row['model']} {row['mode']} {row['impl']}: {row['status']}{why}",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+            if args.out:  # after every row: a run cut short keeps what it measured
+                meta["wall_s"] = round(time.perf_counter() - started, 1)
+                write_json(args.out, meta, rows)
+        return row
+
+    try:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(one, jobs))
+    finally:
+        os.unlink(lock)
+    meta["wall_s"] = round(time.perf_counter() - started, 1)
+    order = {job: i for i, job in enumerate(jobs)}
+    return sorted(rows, key=lambda r: order[(r["model"], r["mode"], r["impl"])])
+
+
+def write_json(path: str, meta: dict[str, Any], rows: list[dict]) -> None:
+    data = {"meta": meta, "rows": rows, "summary": summarize(rows)}
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+def merge(paths: list[str]) -> tuple[dict[str, Any], list[dict]]:
+    """The rows of several runs (shards); a row of a later file replaces the same
+    (model, mode, implementation) of an earlier one."""
+    meta: dict[str, Any] = {}
+    by_key: dict[tuple, dict] = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        part = data.get("meta", {})
+        if not meta:
+            meta = {**part, "shards": []}
+        meta["shards"].append({"file": path, **{k: part.get(k) for k in ("shard", "wall_s")}})
+        meta["skipped_models"] = {
+            **meta.get("skipped_models", {}),
+            **part.get("skipped_models", {}),
+        }
+        for row in data["rows"]:
+            by_key[(row["model"], row["mode"], row["impl"])] = row
+    return meta, list(by_key.values())
+
+
+def emit(args, meta: dict[str, Any], rows: list[dict]) -> None:
+    text = markdown(meta, rows)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    if args.out:
+        write_json(args.out, meta, rows)
+
+
+# -- summary and tables ---------------------------------------------------------------------------
+
+GRAPHED = ("upstream", "ours", "ours_owned")
+ABOVE_MIB = 2.0  # peak allocated above upstream's by more than this is counted
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(rows: list[dict]) -> list[dict[str, Any]]:
+    """One entry per (mode, implementation) present in ``rows``."""
+    by_key = {(r["model"], r["mode"], r["impl"]): r for r in rows}
+
+    def passed(model, mode, impl):
+        row = by_key.get((model, mode, impl))
+        return row if row is not None and row["status"] == "pass" else None
+
+    entries = []
+    for mode in MODES:
+        for impl in IMPLS:
+            mine = [r for r in rows if (r["mode"], r["impl"]) == (mode, impl)]
+            mine = [r for r in mine if r["status"] != "skipped"]
+            if not mine:
+                continue
+            good = [r for r in mine if r["status"] == "pass"]
+            entry: dict[str, Any] = {"mode": mode, "impl": impl, "models": len(mine)}
+            entry["passed"], entry["pass_rate"] = len(good), len(good) / len(mine)
+            if impl in GRAPHED:
+                launches = [r.get("graph_launches_per_call") or 0 for r in good]
+                entry["replaying"] = sum(1 for n in launches if n > 0)
+            pairs = [(r, passed(r["model"], mode, "eager")) for r in good]
+            for timing in ("pipelined", "synchronized"):
+                key = f"{timing}_ms"
+                entry[f"speedup_{timing}"] = geomean(
+                    e[key] / r[key] for r, e in pairs if e and r.get(key) and e.get(key)
+                )
+            if impl == "upstream":
+                entries.append(entry)
+                continue
+            ups = [(r, u) for r in good if (u := passed(r["model"], mode, "upstream"))]
+            entry["vs_upstream_models"] = len(ups)
+            for timing in ("pipelined", "synchronized"):
+                key = f"{timing}_ms"
+                entry[f"time_vs_upstream_{timing}"] = geomean(
+                    r[key] / u[key] for r, u in ups if r.get(key) and u.get(key)
+                )
+            compiles = sorted(r["compile_s"] / u["compile_s"] for r, u in ups if u.get("compile_s"))
+            entry["compile_vs_upstream_median"] = statistics.median(compiles) if compiles else None
+            for kind in ("allocated", "reserved"):
+                key = f"peak_{kind}_mib"
+                entry[f"peak_{kind}_vs_upstream"] = geomean(
+                    r[key] / u[key] for r, u in ups if r.get(key) and u.get(key)
+                )
+            above = [
+                r for r, u in ups if r.get("peak_allocated_mib") and u.get("peak_allocated_mib")
+            ]
+            entry["peak_above_upstream_2mib"] = sum(
+                1 for r, u in ups
+                if r in above and r["peak_allocated_mib"] - u["peak_allocated_mib"] > ABOVE_MIB
+            )  # fmt: skip
+            entries.append(entry)
+    return entries
+
+
+def _x(value, spec=".2f", suffix="") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def markdown(meta: dict[str, Any], rows: list[dict]) -> str:
+    device = meta.get("device", "?")
+    lines = [
+        f"## Zoo — {meta.get('device_name', device)}, torch {meta.get('torch')}, "
+        f"commit {meta.get('commit', 'unknown')}",
+        "",
+        f"{meta.get('dtype')}, batch {meta.get('batch')}; {meta.get('calls')} calls checked "
+        f"against eager, each with fresh inputs; times in ms per call, the median of "
+        f"{meta.get('repeats')} × {meta.get('timed_calls')} calls; {meta.get('jobs')} processes "
+        f"at once, one timing at a time.",
+    ]
+    if device == "cpu":
+        lines += [
+            "",
+            "**CPU: ours runs on the emulator, whose replays re-run the kernels on "
+            "the host: these timings mean nothing. No upstream, no memory figures.**",
+        ]
+    elif device == "xpu":
+        lines += ["", "xpu has no upstream trees: ours is compared with eager and Inductor."]
+    shards = meta.get("shards") or [{"shard": meta.get("shard"), "wall_s": meta.get("wall_s")}]
+    lines.append(
+        "Runs: " + ", ".join(f"shard {s.get('shard')} in {s.get('wall_s')} s" for s in shards)
+    )
+    summary = summarize(rows)
+    lines += ["", "### Summary", ""]
+    lines.append(
+        "| mode | impl | pass | graphs replay | speedup pipelined | speedup synchronized "
+        "| time / upstream, pipelined | synchronized | compile / upstream (median) "
+        "| peak allocated / upstream | peak reserved / upstream | > upstream + 2 MiB |"
+    )
+    lines.append("|---" * 12 + "|")
+    for e in summary:
+        vs = e["impl"] not in ("upstream",) and e.get("vs_upstream_models")
+        cells = [
+            e["mode"], e["impl"], f"{e['passed']}/{e['models']}",
+            f"{e['replaying']}/{e['passed']}" if "replaying" in e else "-",
+            _x(e["speedup_pipelined"], ".2f", "×"), _x(e["speedup_synchronized"], ".2f", "×"),
+            _x(e.get("time_vs_upstream_pipelined")) if vs else "-",
+            _x(e.get("time_vs_upstream_synchronized")) if vs else "-",
+            _x(e.get("compile_vs_upstream_median")) if vs else "-",
+            _x(e.get("peak_allocated_vs_upstream"), ".3f") if vs else "-",
+            _x(e.get("peak_reserved_vs_upstream"), ".3f") if vs else "-",
+            str(e.get("peak_above_upstream_2mib")) if vs else "-",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    by_key = {(r["model"], r["mode"], r["impl"]): r for r in rows}
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    for mode in MODES:
+        models = list(dict.fromkeys(r["model"] for r in rows if r["mode"] == mode))
+        if not models:
+            continue
+        lines += ["", f"### {mode}", "",
+                  "Cells: speedup over eager, pipelined / synchronized (graph launches per call)."
+                  " Ours against upstream: synchronized time ratio, compile-time ratio, peak "
+                  "allocated MiB above upstream's.", ""]  # fmt: skip
+        header = ["model", "eager ms", *[i for i in impls if i != "eager"]]
+        header += ["ours / upstream", "compile ours / upstream", "peak ours − upstream MiB"]
+        lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+        for model in models:
+            eager = by_key.get((model, mode, "eager"))
+            cells = [model, _eager_cell(eager)]
+            for impl in impls:
+                if impl != "eager":
+                    cells.append(_cell(by_key.get((model, mode, impl)), eager))
+            ours, up = by_key.get((model, mode, "ours")), by_key.get((model, mode, "upstream"))
+            cells += _versus(ours, up)
+            lines.append("| " + " | ".join(cells) + " |")
+    problems = [r for r in rows if r["status"] not in ("pass", "skipped")]
+    if problems:
+        lines += ["", "### Not passing", ""]
+        for r in problems:
+            lines.append(
+                f"- {r['model']} {r['mode']} {r['impl']}: {r['status']}: {r.get('reason', '')}"
+            )
+    skipped = dict(meta.get("skipped_models") or {})
+    skipped.update({r["model"]: r.get("reason", "") for r in rows if r["status"] == "skipped"})
+    if skipped:
+        lines += ["", "### Skipped models", ""]
+        lines += [f"- {model}: {why}" for model, why in sorted(skipped.items())]
+    return "\n".join(lines)
+
+
+def _eager_cell(row) -> str:
+    if row is None:
+        return "-"
+    if row["status"] != "pass":
+        return row["status"]
+    return f"{_x(row.get('pipelined_ms'))} / {_x(row.get('synchronized_ms'))}"
+
+
+def _cell(row, eager) -> str:
+    if row is None:
+        return "-"
+    if row["status"] != "pass":
+        return row["status"]
+    if eager is None or eager["status"] != "pass":
+        text = f"{_x(row.get('pipelined_ms'))} / {_x(row.get('synchronized_ms'))} ms"
+    else:
+        speed = [
+            eager[f"{t}_ms"] / row[f"{t}_ms"] if row.get(f"{t}_ms") else None
+            for t in ("pipelined", "synchronized")
+        ]
+        text = f"{_x(speed[0], '.2f', '×')} / {_x(speed[1], '.2f', '×')}"
+    if row["impl"] in GRAPHED and row.get("graph_launches_per_call") is not None:
+        text += f" ({row['graph_launches_per_call']})"
+    return text
+
+
+def _versus(ours, up) -> list[str]:
+    if not (ours and up and ours["status"] == up["status"] == "pass"):
+        return ["-", "-", "-"]
+    time_ratio = ours["synchronized_ms"] / up["synchronized_ms"]
+    compile_ratio = ours["compile_s"] / up["compile_s"] if up.get("compile_s") else None
+    peak = None
+    if ours.get("peak_allocated_mib") is not None and up.get("peak_allocated_mib") is not None:
+        peak = ours["peak_allocated_mib"] - up["peak_allocated_mib"]
+    return [_x(time_ratio), _x(compile_ratio), _x(peak, "+.1f")]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cuda", "xpu", "cpu"), default=None)
+    parser.add_argument("--models", default=None, help="a regular expression on model names")
+    parser.add_argument(
+        "--suite",
+        default="hf,timm,torchvision",
+        help="comma list of " + ", ".join(zoo_models.SUITES),
+    )
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--impls", default=None, help="comma list; default: every one the device has"
+    )
+    parser.add_argument("--list", action="store_true", help="print the models and exit")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=6, help="calls checked against eager")
+    parser.add_argument("--timed-calls", type=int, default=10, help="calls per timing repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=max(1, min(8, os.cpu_count() or 1)))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per process")
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="start no process after this many seconds"
+    )
+    parser.add_argument("--shard", type=parse_shard, default=(1, 1), metavar="K/N")
+    parser.add_argument("--out", default=None, help="JSON: meta, rows, summary")
+    parser.add_argument("--markdown", default=None, help="also write the tables here")
+    parser.add_argument(
+        "--summarize", nargs="+", metavar="JSON", help="merge runs, print the summary"
+    )
+    parser.add_argument(
+        "--child", nargs=3, metavar=("MODEL", "MODE", "IMPL"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--lock", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        args.suites = split_list(args.suite, zoo_models.SUITES, "suite")
+        args.modes = split_list(args.modes, MODES, "mode")
+        if args.impls is not None:
+            args.impls = split_list(args.impls, IMPLS, "implementation")
+    except argparse.ArgumentTypeError as error:
+        parser.error(str(error))
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        import zoo_measure
+
+        args.model, args.mode, args.impl = args.child
+        print(json.dumps(zoo_measure.measure(args)))
+        return
+    if args.summarize:
+        meta, rows = merge(args.summarize)
+        emit(args, meta, rows)
+        return
+    models = select_models(args.suites, args.models, args.shard)
+    if args.list:
+        for name in models:
+            spec = zoo_models.MODELS[name]
+            missing = zoo_models.missing_dependency(spec)
+            print(f"{name:32} {spec.suite:12} {'skipped: ' + missing if missing else ''}".rstrip())
+        print(f"{len(models)} models")
+        return
+    import torch
+
+    args.device = args.device or default_device()
+    impls = args.impls or [i for i in IMPLS if args.device == "cuda" or i != "upstream"]
+    if args.device != "cuda" and "upstream" in impls:
+        print("upstream: Inductor's CUDA Graph Trees run on cuda only; left out", file=sys.stderr)
+        impls = [i for i in impls if i != "upstream"]
+    skipped = {}
+    for name in models:
+        missing = zoo_models.missing_dependency(zoo_models.MODELS[name])
+        if missing:
+            skipped[name] = missing
+    meta = {
+        "device": args.device, "torch": torch.__version__, "commit": git_commit(),
+        "dtype": args.dtype, "batch": args.batch, "calls": args.calls,
+        "timed_calls": args.timed_calls, "repeats": args.repeats, "jobs": args.jobs,
+        "shard": f"{args.shard[0]}/{args.shard[1]}", "impls": impls, "modes": args.modes,
+        "models": [m for m in models if m not in skipped], "skipped_models": skipped,
+    }  # fmt: skip
+    rows = run_zoo(args, meta["models"], impls, meta)
+    names = {r.get("device_name") for r in rows if r.get("device_name")}
+    meta["device_name"] = sorted(names)[0] if names else args.device
+    emit(args, meta, rows)
+
+
+if __name__ == "__main__":
+    main()

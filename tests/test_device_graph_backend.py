@@ -182,6 +182,11 @@ def backend(device):
         release_pool = device.release_pool
         graphs: list[weakref.ref] = []
 
+        @staticmethod
+        def begin_allocate_to_pool(device_index, pool):
+            device.log.append("allocations go to the pool")
+            device.begin_allocate_to_pool(pool)
+
         def new_graph(self):
             graph = ScriptedGraph(device)
             self.graphs.append(weakref.ref(graph))
@@ -207,6 +212,32 @@ def test_a_warmup_runs_on_the_capture_stream_between_two_waits(backend, device):
         "caller waits for capture",
     ]
     assert device.current.name == "caller"
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["returns", "raises"])
+def test_a_warmup_in_the_pool_routes_only_its_own_run_there(backend, device, raises):
+    pool = backend.new_pool()
+    holds = dict(device.holds)
+    device.log.clear()
+
+    def fn(args):
+        device.log.append(f"warmup runs on {device.current.name}, routed: {bool(device.routing)}")
+        if raises:
+            raise ValueError("the warmup's own error")
+        return ["warmup output"]
+
+    if raises:
+        with pytest.raises(ValueError, match="own error"):
+            backend.warmup_in_pool(fn, [], pool)
+    else:
+        assert backend.warmup_in_pool(fn, [], pool) == ["warmup output"]
+    assert device.log == [
+        "capture waits for caller",
+        "allocations go to the pool",
+        "warmup runs on capture, routed: True",
+        "caller waits for capture",
+    ]
+    assert device.routing == [] and device.holds == holds  # routing and hold given back
 
 
 def test_a_capture_waits_for_its_own_streams_and_never_for_the_device(backend, device):

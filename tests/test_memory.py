@@ -22,10 +22,36 @@ class ModelPool:
 
     supports_pool_checkpoints = True
 
+    warms_up_in_pool = True
+
     def __init__(self) -> None:
         self.allocated: set[int] = set()
         self.restores: list[frozenset[int]] = []
         self.leak = False  # the next capture keeps an allocation no output accounts for
+        # Outputs of warmups in the pool, freed when their storage dies or leaves the address.
+        self.warmup_allocations: list[tuple[int, StorageWeakRef]] = []
+        self.warmups = {"in pool": 0, "outside": 0}
+
+    def in_use(self) -> set[int]:
+        """Addresses allocated in the pool now: graph outputs, and live warmup outputs."""
+        live = set()
+        for address, ref in self.warmup_allocations:
+            storage = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+            if storage is not None and storage.data_ptr() == address:
+                live.add(address)
+        return self.allocated | live
+
+    def warmup(self, fn, args):
+        self.warmups["outside"] += 1
+        return fn(args)
+
+    def warmup_in_pool(self, fn, args, pool):
+        self.warmups["in pool"] += 1
+        outputs = fn(args)
+        self.warmup_allocations += [
+            (out.data_ptr(), StorageWeakRef(out.untyped_storage())) for out in outputs
+        ]
+        return outputs
 
     def capture(self, fn, args, pool, place_inputs):
         """Run ``fn(args)``; memory of its pool inputs that it drops is freed, as on a device."""
@@ -55,7 +81,7 @@ class ModelPool:
         return frozenset(self.allocated)
 
     def restore_pool(self, pool, checkpoint, new_owners):
-        assert self.allocated <= checkpoint, "a restore may only add allocations"
+        assert self.in_use() <= checkpoint, "a restore may only add allocations"
         assert {s.data_ptr() for s in new_owners} == checkpoint - self.allocated
         self.allocated = set(checkpoint)
         self.restores.append(checkpoint)
@@ -65,7 +91,7 @@ class ModelPool:
             self.allocated.remove(storage.data_ptr())
 
     def pool_holds_exactly(self, pool, storages):
-        return {s.data_ptr() for s in storages} == self.allocated
+        return {s.data_ptr() for s in storages} == self.in_use()
 
 
 NO_COPIES = InputBuffers([], copy_values=False)
@@ -337,6 +363,70 @@ def test_an_output_placed_in_the_memory_of_a_consumed_input_is_the_captures_own(
     assert [consumed.index for consumed in b.consumed_inputs] == [0]
     (b_out,) = b.recording.outputs()
     assert b_out.shape == (16,)
+
+
+# -- warmups in the pool ------------------------------------------------------------------------
+
+
+def warm_up(tree, value=1.0):
+    """A warmup below the current node whose one output holds ``value``; returns it."""
+    (out,) = tree.warm_up(lambda args: (torch.full((16,), value),), [])
+    return out
+
+
+def test_a_warmup_runs_in_the_pool(tree):
+    warm_up(tree)
+    assert tree.backend.warmups == {"in pool": 1, "outside": 0}
+
+
+def test_a_warmup_output_still_held_leaves_the_pool_before_a_capture(tree):
+    out = warm_up(tree, value=3.0)
+    address = out.data_ptr()
+    a, a_out = record(tree, 0)
+    assert out.data_ptr() != address and torch.equal(out, torch.full((16,), 3.0))
+    assert isinstance(tree.memory, CheckpointedPool)  # the pool held exactly its outputs
+    assert tree.backend.in_use() == {output_ptr(a)}
+
+
+def test_a_warmup_output_the_caller_dropped_is_not_copied(tree):
+    del_me = warm_up(tree)
+    address = del_me.data_ptr()
+    del del_me
+    record(tree, 0)
+    assert tree.warmup_outputs.hand_over() == 0 and address not in tree.backend.in_use()
+
+
+def test_a_warmup_below_a_node_off_the_pool_path_restores_the_path_first(tree):
+    a, a_out = record(tree, 0)
+    a_checkpoint = frozenset(tree.backend.allocated)
+    tree.current = tree.root
+    b, b_out = record(tree, 1)  # a sibling: the pool path is [b]
+    tree.current = a  # a replayed in a later generation, then a new callable warms up
+    out = warm_up(tree)
+    assert tree.backend.restores == [a_checkpoint] and tree.memory.pool_path == [a]
+    assert tree.backend.in_use() == {output_ptr(a), out.data_ptr()}
+
+
+def test_a_warmup_that_keeps_the_pool_path_copies_no_warmup_output(tree):
+    first = warm_up(tree, value=1.0)  # a forward's saved activations, say
+    address = first.data_ptr()
+    warm_up(tree, value=2.0)  # its backward's warmup, in the same step
+    assert first.data_ptr() == address
+
+
+def test_owned_outputs_leave_warmup_outputs_in_the_pool(owned_tree):
+    out = warm_up(owned_tree)
+    address = out.data_ptr()
+    record(owned_tree, 0)
+    assert out.data_ptr() == address
+    assert owned_tree.backend.warmups == {"in pool": 1, "outside": 0}
+
+
+def test_a_warmup_where_a_capture_would_be_refused_runs_outside_the_pool(owned_tree):
+    a, b = lend_to_a_backward(owned_tree)
+    owned_tree.current = a  # a later step replays a, then another backward warms up
+    warm_up(owned_tree)
+    assert owned_tree.backend.warmups == {"in pool": 0, "outside": 1}
 
 
 # -- owned outputs (portable): the same reuse, and what a lender's free memory forbids ------

@@ -225,11 +225,12 @@ class GraphedCallable:
             return self.fn(args)
         if self.policy.warm_up(key):
             stats.counters["warmups"] += 1
-            return self._run_eagerly(tree, args)
+            return self._run_eagerly(tree, args, warmup=True)
         return self._record(tree, key, args)
 
-    def _run_eagerly(self, tree: GraphTree, args: list[Any]) -> Any:
-        """Run un-graphed inside the tree's generation (a warmup, or a step off the tree).
+    def _run_eagerly(self, tree: GraphTree, args: list[Any], warmup: bool = False) -> Any:
+        """Run un-graphed inside the tree's generation (a ``warmup``, in the pool where the
+        tree can: ``GraphTree.warm_up``; or a step off the tree).
 
         The outputs follow the same generation rules as replayed ones, so code that would
         read a stale output fails from the first call, not the third. An output may be an
@@ -237,7 +238,7 @@ class GraphedCallable:
         invalidate.
         """
         input_ids = {id(arg) for arg in args}
-        outputs = tree.backend.warmup(self.fn, args)
+        outputs = tree.warm_up(self.fn, args) if warmup else tree.backend.warmup(self.fn, args)
         tree.hand_out_eager(self.identity, [out for out in outputs if id(out) not in input_ids])
         return outputs
 

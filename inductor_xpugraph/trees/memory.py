@@ -54,6 +54,38 @@ After each capture, checkpointing checks that the pool holds exactly the pool pa
 outputs; anything else (an output that is not pool memory, a capture that kept an allocation)
 makes the rest of that generation run un-graphed and the tree start again from the next one
 with ``OwnedOutputs``, with a warning (``GraphTree._fall_back_to_owned_outputs``).
+
+Warmups run in the pool. A callable's warmup runs the same kernels as its capture, on the same
+stream, with the same sizes: its intermediates are the capture's intermediates. Run outside
+the pool, the allocator caches the warmup's freed blocks for the capture stream in the default
+pool, where no graph can use them, and the capture then reserves the same amount again in the
+graph pool: device memory reserved for a model's activations twice, for the life of the
+process. Three ways out were weighed:
+- empty the default pool's cache before each capture (what ``torch.cuda.graph`` does): frees
+  only segments with nothing live in them, so blocks that share a segment with a user's tensor
+  stay reserved; it costs the user's un-graphed code its cache at every capture, and it does
+  nothing for a pool that must grow while the cache holds memory it could have used;
+- warm up under a capture-like routing in a pool of its own, then drop it: the same double
+  reservation, one pool at a time, and the pool's memory returns to the device only when
+  the allocator frees it;
+- warm up in the graph pool, as upstream's trees do: the capture finds the warmup's freed
+  memory in its own pool and reserves nothing more. Chosen.
+A warmup in the pool must not be placed over memory the graphs need, which is the rule a
+capture keeps: so it runs in the pool only where a capture below the current node would be
+admitted (``can_capture_below``), after the strategy made the pool ready for one
+(``prepare_warmup``: with checkpointing, the pool path moves to the current path, exactly as
+before a capture, minus the lending). Elsewhere (off the tree, after a refused capture, on a
+backend that cannot route allocations) it runs outside the pool, as before.
+Its outputs are the caller's tensors, in pool memory the strategy does not account for. With
+owned outputs that is all: nothing is ever restored, and the pool keeps them allocated until
+the caller drops them. With checkpointing, a restore would mark them free under the caller, and
+the check after a capture would find them; so before each capture, and before a warmup that
+moves the pool path, the warmup outputs still alive are *handed over* (``WarmupOutputs.hand_over``: copied out of
+the pool, every tensor over them keeping its values, as gradients are when a generation ends).
+A usual loop keeps none (a warmup's outputs go stale when its generation ends, and
+``zero_grad()`` drops its gradients), so nothing is copied; where torch cannot swap a
+storage's memory (``invalidation.can_copy_out_of_pool``), checkpointing warms up outside the
+pool.
 """
 
 from __future__ import annotations
@@ -64,6 +96,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
+from .invalidation import copy_out_of_pool
 from .node import ConsumedInput, GraphNode
 from .storages import tensor_over
 
@@ -191,6 +224,37 @@ class _PathReuse:
         return freed
 
 
+class WarmupOutputs:
+    """The storages warmups allocated in the pool and gave the caller, held weakly (see the
+    module docstring, "Warmups run in the pool")."""
+
+    def __init__(self) -> None:
+        self._storages: list[StorageWeakRef] = []
+
+    def note(self, outputs: Any, input_addresses: set[int]) -> None:
+        """Note the outputs of a warmup in the pool, but for those over its inputs' memory."""
+        flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        for out in flat:
+            if isinstance(out, torch.Tensor) and not out.is_meta:
+                storage = out.untyped_storage()
+                address = storage.data_ptr()
+                if address and address not in input_addresses:
+                    self._storages.append(StorageWeakRef(storage))
+
+    def hand_over(self) -> int:
+        """Copy the ones still alive out of the pool, which gets their memory back; returns
+        how many."""
+        noted, self._storages = self._storages, []
+        alive: dict[int, torch.UntypedStorage] = {}
+        for ref in noted:
+            storage = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+            if storage is not None:
+                alive.setdefault(storage.data_ptr(), storage)
+        if alive:
+            copy_out_of_pool(list(alive.values()))  # the storages returned free the pool's
+        return len(alive)
+
+
 class OwnedOutputs(_PathReuse):
     """Each node owns its outputs while it exists (portable; needs no allocator support),
     except those it lends to a capture later on its path."""
@@ -212,9 +276,19 @@ class OwnedOutputs(_PathReuse):
             borrowers <= path for lender, borrowers in self.lent_to.items() if lender in path
         )
 
+    #: Warmup outputs may stay in the pool: nothing is ever restored under them.
+    keeps_warmup_outputs = True
+
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         self.pool_path = parent.path_from_root()
         self._begin_reuse(self._held() if self.lending else [])
+
+    def prepare_warmup(self, parent: GraphNode, pool: Any) -> None:
+        """Every output not lent away is allocated: an un-graphed run admitted below
+        ``parent`` (``can_capture_below``) can allocate anywhere else in the pool."""
+
+    def restores_for(self, parent: GraphNode) -> bool:
+        return False
 
     def lend_inputs(self, args: list[Any]) -> list[int]:
         return super().lend_inputs(args) if self.lending else []
@@ -248,8 +322,20 @@ class CheckpointedPool(_PathReuse):
         self.checkpoints: dict[GraphNode, Any] = {}
         self.allocated_at: dict[GraphNode, frozenset[Output]] = {}
 
+    #: Warmup outputs must leave the pool before it is restored or checked (module docstring).
+    keeps_warmup_outputs = False
+
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         """Allocate exactly the live outputs of root..parent; free everything else."""
+        self.prepare_warmup(parent, pool)
+        self._begin_reuse(_in_capture_order(self.allocated_at.get(parent, frozenset())))
+
+    def restores_for(self, parent: GraphNode) -> bool:
+        """Whether ``prepare_warmup(parent)`` frees or restores anything."""
+        return set(self._held()) != self.allocated_at.get(parent, frozenset())
+
+    def prepare_warmup(self, parent: GraphNode, pool: Any) -> None:
+        """Allocate exactly the live outputs of root..parent: the pool path moves there."""
         wanted = self.allocated_at.get(parent, frozenset())
         held = set(self._held())
         for output in held - wanted:
@@ -261,7 +347,6 @@ class CheckpointedPool(_PathReuse):
             for output, owner in zip(missing, owners):
                 output.block.owner = owner
         self.pool_path = parent.path_from_root()
-        self._begin_reuse(_in_capture_order(wanted))
 
     def adopt(self, node: GraphNode, pool: Any) -> bool:
         recording = node.recording

@@ -67,7 +67,8 @@ from torch._inductor.cudagraph_trees import MarkStepBox
 from . import messages, stats
 from .backends import GraphBackend, backend_class
 from .handed_out import HandedOut
-from .memory import MemoryStrategy, OwnedOutputs, memory_strategy
+from .invalidation import can_copy_out_of_pool
+from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
 from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, OutputBlock, Recording
 
@@ -110,6 +111,8 @@ class GraphTree:
         # call of the new one (see ``start_generation``); None once retired.
         self.unretired: HandedOut | None = None
         self._pool: Any = None
+        # Outputs of warmups in the pool the caller may still hold (``warm_up``).
+        self.warmup_outputs = WarmupOutputs()
         self.memory = memory_strategy(self.backend)
         # Set when this tree must record again, from the next generation, with this strategy.
         self.next_memory: MemoryStrategy | None = None
@@ -289,6 +292,7 @@ class GraphTree:
         """
         started = time.perf_counter()
         try:
+            self._hand_over_warmup_outputs()
             self.memory.prepare_capture(self.current, self.pool)  # may make the pool
         except BaseException:
             self.start_over()
@@ -308,6 +312,38 @@ class GraphTree:
         self.captures_unlogged += 1
         self.capture_seconds_unlogged += time.perf_counter() - started
         return graph, outputs, consumed
+
+    def warm_up(self, fn: Any, args: list[Any]) -> Any:
+        """Run ``fn(args)`` un-graphed before its capture: in the pool, where the capture that
+        follows reuses its memory, wherever a capture below the current node would be
+        admitted; elsewhere outside it (``memory``, "Warmups run in the pool")."""
+        memory = self.memory
+        if not (
+            self.backend.warms_up_in_pool
+            and self.current is not self.off_tree
+            and self.next_memory is None
+            and memory.can_capture_below(self.current)
+            and (memory.keeps_warmup_outputs or can_copy_out_of_pool())
+        ):
+            return self.backend.warmup(fn, args)
+        try:
+            if memory.restores_for(self.current):
+                self._hand_over_warmup_outputs()
+            memory.prepare_warmup(self.current, self.pool)  # may make the pool
+        except Exception:  # the pool cannot be made or restored: no capture here either
+            self.start_over()
+            return self.backend.warmup(fn, args)
+        if memory.keeps_warmup_outputs:
+            return self.backend.warmup_in_pool(fn, args, self.pool)
+        inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        outputs = self.backend.warmup_in_pool(fn, args, self.pool)
+        self.warmup_outputs.note(outputs, inputs)
+        return outputs
+
+    def _hand_over_warmup_outputs(self) -> None:
+        """Before the pool is restored or checked: warmup outputs still alive leave it."""
+        if not self.memory.keeps_warmup_outputs:
+            stats.counters["handovers"] += self.warmup_outputs.hand_over()
 
     def _log_captures(self) -> None:
         """One info line for the captures of the generation that ended (as vLLM logs one

@@ -66,6 +66,8 @@ class PoolCalls(NamedTuple):
     end_allocate_to_pool: str | None
     #: ``(device index, pool id)``: give back a capture's hold on the pool.
     release_pool: str | None
+    #: ``(device index, pool id)``: route this thread's allocations into the pool (warmups).
+    begin_allocate_to_pool: str | None = None
 
 
 # Note [Pool routing after a failed capture].
@@ -74,6 +76,7 @@ POOL_CALLS: dict[str, PoolCalls] = {
         graph_pool_handle="xpu.graph_pool_handle",
         end_allocate_to_pool="_C._xpu_endAllocateToPool",
         release_pool="_C._xpu_releasePool",
+        begin_allocate_to_pool="_C._xpu_beginAllocateCurrentThreadToPool",
     ),
 }
 NO_POOL_CALLS = PoolCalls(None, None, None)
@@ -90,7 +93,11 @@ def has_accelerator_graph() -> bool:
 
 
 def _in_torch(path: str | None) -> Callable[..., Any] | None:
-    return None if path is None else functools.reduce(getattr, path.split("."), torch)
+    """The object at ``path`` under ``torch``; None for no path, or one this torch lacks."""
+    try:
+        return None if path is None else functools.reduce(getattr, path.split("."), torch)
+    except AttributeError:
+        return None
 
 
 class AcceleratorModule:
@@ -186,6 +193,7 @@ class AcceleratorGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
         end_routing = _in_torch(calls.end_allocate_to_pool)
         self.end_allocate_to_pool = end_routing or self._cannot_undo_routing
         self.release_pool = _in_torch(calls.release_pool) or _nothing_to_release
+        self.begin_allocate_to_pool = _in_torch(calls.begin_allocate_to_pool)
         super().__init__(device_index)
 
     def new_graph(self) -> _PoolGivenAtCaptureBegin:

@@ -78,6 +78,15 @@ class GraphBackend(abc.ABC):
         """Run ``fn(args)`` un-graphed, before its capture, outside the pool."""
         return fn(args)
 
+    #: Whether ``warmup_in_pool`` makes the run's allocations in the pool (``trees.memory``,
+    #: "Warmups"); where False it is ``warmup``.
+    warms_up_in_pool: bool = False
+
+    def warmup_in_pool(self, fn: Callable[[list[Any]], Any], args: list[Any], pool: Any) -> Any:
+        """Run ``fn(args)`` un-graphed, before its capture, this thread's allocations made in
+        ``pool``, where the captures that follow can reuse them."""
+        return self.warmup(fn, args)
+
     # -- allocator checkpoints (optional: see trees.memory) -----------------------------------
 
     #: True when the allocator can save and restore its bookkeeping of a pool.

@@ -128,6 +128,7 @@ class CudaGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     capture_begin_kwargs = {"capture_error_mode": "thread_local"}
     end_allocate_to_pool = staticmethod(torch._C._cuda_endAllocateToPool)
     release_pool = staticmethod(torch._C._cuda_releasePool)
+    begin_allocate_to_pool = staticmethod(torch._C._cuda_beginAllocateCurrentThreadToPool)
 
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)
@@ -148,6 +149,16 @@ class CudaGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
         if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
             _allocate_blas_workspaces(self)
         else:  # workspaces a warmup allocated outside the pool go; the capture's own come
+            self.release_capture_stream_workspaces()
+
+    def prepare_warmup_in_pool(self):
+        # Kept workspaces must not be allocated in the pool, where they would stay for good.
+        if self.workspace_policy is WorkspacePolicy.KEEP_OUTSIDE_POOL:
+            _allocate_blas_workspaces(self)
+
+    def after_warmup_in_pool(self):
+        # The warmup's workspaces are its intermediates: the pool gets them back.
+        if self.workspace_policy is WorkspacePolicy.FREE_AS_INTERMEDIATE:
             self.release_capture_stream_workspaces()
 
     def capture(self, fn, args, pool, place_inputs):

@@ -55,6 +55,10 @@ class DeviceGraphBackend(GraphBackend):
     #: into a pool and give back a capture's hold on it (``_undo_pool_routing``).
     end_allocate_to_pool: Callable[[int, Any], None]
     release_pool: Callable[[int, Any], None]
+    #: ``(device_index, pool handle)``: route this thread's allocations into the pool, with a
+    #: hold on it, until ``end_allocate_to_pool`` (``warmup_in_pool``); None where torch has
+    #: no such call for the device (warmups then run outside the pool).
+    begin_allocate_to_pool: Callable[[int, Any], None] | None = None
 
     #: Give cached memory back to the device (``empty_cache``) after a pool is dropped
     #: (``release_dropped_pools``): xpu's caching allocator of torch 2.11-2.13 frees pools
@@ -86,6 +90,7 @@ class DeviceGraphBackend(GraphBackend):
         # would add to.
         self.capture_stream = _capture_stream(module, device_index)
         self.is_capturing = module.is_current_stream_capturing
+        self.warms_up_in_pool = self.begin_allocate_to_pool is not None
 
     def new_pool(self) -> DevicePool:
         """A private pool, kept alive by an empty graph captured into it.
@@ -284,6 +289,28 @@ class DeviceGraphBackend(GraphBackend):
         """
         with self.on_capture_stream():
             return fn(args)
+
+    def warmup_in_pool(self, fn: Callable[[list[Any]], Any], args: list[Any], pool: Any) -> Any:
+        """``warmup``, with this thread's allocations routed into ``pool`` as a capture's
+        are, as upstream's trees warm up (``_use_cuda_memory_pool_manager``): the capture
+        that follows finds the warmup's freed memory in the pool (``trees.memory``)."""
+        self.prepare_warmup_in_pool()
+        try:
+            with self.on_capture_stream():
+                self.begin_allocate_to_pool(self.device_index, pool.handle)
+                try:
+                    return fn(args)
+                finally:
+                    self.end_allocate_to_pool(self.device_index, pool.handle)
+                    self.release_pool(self.device_index, pool.handle)
+        finally:
+            self.after_warmup_in_pool()
+
+    def prepare_warmup_in_pool(self) -> None:
+        """Runs before each warmup in the pool, outside it."""
+
+    def after_warmup_in_pool(self) -> None:
+        """Runs after each warmup in the pool, outside it."""
 
 
 _capture_streams: dict[tuple[str, int, int], Any] = {}

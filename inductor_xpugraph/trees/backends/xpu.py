@@ -22,6 +22,7 @@ class XpuGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     device_module = torch.xpu
     end_allocate_to_pool = staticmethod(torch._C._xpu_endAllocateToPool)
     release_pool = staticmethod(torch._C._xpu_releasePool)
+    begin_allocate_to_pool = getattr(torch._C, "_xpu_beginAllocateCurrentThreadToPool", None)
     empty_cache_after_pool_drop = True  # (DeviceGraphBackend says why)
 
     def new_graph(self) -> torch.xpu.XPUGraph:

@@ -32,11 +32,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,9 +45,14 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 import zoo_models  # noqa: E402
+from zoo_report import IMPLS, MODES, markdown, summarize  # noqa: E402
 
-IMPLS = ("eager", "inductor", "upstream", "ours", "ours_owned")
-MODES = ("inference", "training")
+# Four per device, so that the full cuda run fits two 10-minute calls; inductor with --impls.
+DEFAULT_IMPLS = {
+    "cuda": ["eager", "upstream", "ours", "ours_owned"],
+    "xpu": ["eager", "inductor", "ours", "ours_owned"],
+    "cpu": ["eager", "inductor", "ours", "ours_owned"],
+}
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -61,13 +64,18 @@ def default_device() -> str:
     return "xpu" if hasattr(torch, "xpu") and torch.xpu.is_available() else "cpu"
 
 
-def select_models(suites: list[str], pattern: str | None, shard: tuple[int, int]) -> list[str]:
-    """The models of ``suites`` whose name matches ``pattern``, then every N-th from the K-th
-    (``shard`` = (K, N)): the suites interleave across shards."""
+def select_models(
+    suites: list[str], pattern: str | None, shard: tuple[int, int], heavy: bool = False
+) -> list[str]:
+    """The models of ``suites`` whose name matches ``pattern`` (the heavy ones only with
+    ``heavy`` or a pattern), then every N-th from the K-th (``shard`` = (K, N)): the suites
+    interleave across shards."""
     names = [
         name
         for name, spec in zoo_models.MODELS.items()
-        if spec.suite in suites and (pattern is None or re.search(pattern, name))
+        if spec.suite in suites
+        and (pattern is None or re.search(pattern, name))
+        and (heavy or pattern is not None or not spec.heavy)
     ]
     k, n = shard
     return names[k - 1 :: n]
@@ -137,7 +145,9 @@ def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dic
 
 
 def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> list[dict]:
-    jobs = [(m, mode, impl) for m in models for mode in args.modes for impl in impls]
+    # Training first (the longer compiles), the implementations of a model side by side.
+    modes = sorted(args.modes, key=lambda mode: mode != "training")
+    jobs = [(m, mode, impl) for mode in modes for m in models for impl in impls]
     rows: list[dict] = []
     written = threading.Lock()
     started = time.perf_counter()
@@ -217,195 +227,6 @@ def emit(args, meta: dict[str, Any], rows: list[dict]) -> None:
         write_json(args.out, meta, rows)
 
 
-# -- summary and tables ---------------------------------------------------------------------------
-
-GRAPHED = ("upstream", "ours", "ours_owned")
-ABOVE_MIB = 2.0  # peak allocated above upstream's by more than this is counted
-
-
-def geomean(values) -> float | None:
-    values = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
-def summarize(rows: list[dict]) -> list[dict[str, Any]]:
-    """One entry per (mode, implementation) present in ``rows``."""
-    by_key = {(r["model"], r["mode"], r["impl"]): r for r in rows}
-
-    def passed(model, mode, impl):
-        row = by_key.get((model, mode, impl))
-        return row if row is not None and row["status"] == "pass" else None
-
-    entries = []
-    for mode in MODES:
-        for impl in IMPLS:
-            mine = [r for r in rows if (r["mode"], r["impl"]) == (mode, impl)]
-            mine = [r for r in mine if r["status"] != "skipped"]
-            if not mine:
-                continue
-            good = [r for r in mine if r["status"] == "pass"]
-            entry: dict[str, Any] = {"mode": mode, "impl": impl, "models": len(mine)}
-            entry["passed"], entry["pass_rate"] = len(good), len(good) / len(mine)
-            if impl in GRAPHED:
-                launches = [r.get("graph_launches_per_call") or 0 for r in good]
-                entry["replaying"] = sum(1 for n in launches if n > 0)
-            pairs = [(r, passed(r["model"], mode, "eager")) for r in good]
-            for timing in ("pipelined", "synchronized"):
-                key = f"{timing}_ms"
-                entry[f"speedup_{timing}"] = geomean(
-                    e[key] / r[key] for r, e in pairs if e and r.get(key) and e.get(key)
-                )
-            if impl == "upstream":
-                entries.append(entry)
-                continue
-            ups = [(r, u) for r in good if (u := passed(r["model"], mode, "upstream"))]
-            entry["vs_upstream_models"] = len(ups)
-            for timing in ("pipelined", "synchronized"):
-                key = f"{timing}_ms"
-                entry[f"time_vs_upstream_{timing}"] = geomean(
-                    r[key] / u[key] for r, u in ups if r.get(key) and u.get(key)
-                )
-            compiles = sorted(r["compile_s"] / u["compile_s"] for r, u in ups if u.get("compile_s"))
-            entry["compile_vs_upstream_median"] = statistics.median(compiles) if compiles else None
-            for kind in ("allocated", "reserved"):
-                key = f"peak_{kind}_mib"
-                entry[f"peak_{kind}_vs_upstream"] = geomean(
-                    r[key] / u[key] for r, u in ups if r.get(key) and u.get(key)
-                )
-            above = [
-                r for r, u in ups if r.get("peak_allocated_mib") and u.get("peak_allocated_mib")
-            ]
-            entry["peak_above_upstream_2mib"] = sum(
-                1 for r, u in ups
-                if r in above and r["peak_allocated_mib"] - u["peak_allocated_mib"] > ABOVE_MIB
-            )  # fmt: skip
-            entries.append(entry)
-    return entries
-
-
-def _x(value, spec=".2f", suffix="") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
-def markdown(meta: dict[str, Any], rows: list[dict]) -> str:
-    device = meta.get("device", "?")
-    lines = [
-        f"## Zoo — {meta.get('device_name', device)}, torch {meta.get('torch')}, "
-        f"commit {meta.get('commit', 'unknown')}",
-        "",
-        f"{meta.get('dtype')}, batch {meta.get('batch')}; {meta.get('calls')} calls checked "
-        f"against eager, each with fresh inputs; times in ms per call, the median of "
-        f"{meta.get('repeats')} × {meta.get('timed_calls')} calls; {meta.get('jobs')} processes "
-        f"at once, one timing at a time.",
-    ]
-    if device == "cpu":
-        lines += [
-            "",
-            "**CPU: ours runs on the emulator, whose replays re-run the kernels on "
-            "the host: these timings mean nothing. No upstream, no memory figures.**",
-        ]
-    elif device == "xpu":
-        lines += ["", "xpu has no upstream trees: ours is compared with eager and Inductor."]
-    shards = meta.get("shards") or [{"shard": meta.get("shard"), "wall_s": meta.get("wall_s")}]
-    lines.append(
-        "Runs: " + ", ".join(f"shard {s.get('shard')} in {s.get('wall_s')} s" for s in shards)
-    )
-    summary = summarize(rows)
-    lines += ["", "### Summary", ""]
-    lines.append(
-        "| mode | impl | pass | graphs replay | speedup pipelined | speedup synchronized "
-        "| time / upstream, pipelined | synchronized | compile / upstream (median) "
-        "| peak allocated / upstream | peak reserved / upstream | > upstream + 2 MiB |"
-    )
-    lines.append("|---" * 12 + "|")
-    for e in summary:
-        vs = e["impl"] not in ("upstream",) and e.get("vs_upstream_models")
-        cells = [
-            e["mode"], e["impl"], f"{e['passed']}/{e['models']}",
-            f"{e['replaying']}/{e['passed']}" if "replaying" in e else "-",
-            _x(e["speedup_pipelined"], ".2f", "×"), _x(e["speedup_synchronized"], ".2f", "×"),
-            _x(e.get("time_vs_upstream_pipelined")) if vs else "-",
-            _x(e.get("time_vs_upstream_synchronized")) if vs else "-",
-            _x(e.get("compile_vs_upstream_median")) if vs else "-",
-            _x(e.get("peak_allocated_vs_upstream"), ".3f") if vs else "-",
-            _x(e.get("peak_reserved_vs_upstream"), ".3f") if vs else "-",
-            str(e.get("peak_above_upstream_2mib")) if vs else "-",
-        ]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    by_key = {(r["model"], r["mode"], r["impl"]): r for r in rows}
-    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
-    for mode in MODES:
-        models = list(dict.fromkeys(r["model"] for r in rows if r["mode"] == mode))
-        if not models:
-            continue
-        lines += ["", f"### {mode}", "",
-                  "Cells: speedup over eager, pipelined / synchronized (graph launches per call)."
-                  " Ours against upstream: synchronized time ratio, compile-time ratio, peak "
-                  "allocated MiB above upstream's.", ""]  # fmt: skip
-        header = ["model", "eager ms", *[i for i in impls if i != "eager"]]
-        header += ["ours / upstream", "compile ours / upstream", "peak ours − upstream MiB"]
-        lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-        for model in models:
-            eager = by_key.get((model, mode, "eager"))
-            cells = [model, _eager_cell(eager)]
-            for impl in impls:
-                if impl != "eager":
-                    cells.append(_cell(by_key.get((model, mode, impl)), eager))
-            ours, up = by_key.get((model, mode, "ours")), by_key.get((model, mode, "upstream"))
-            cells += _versus(ours, up)
-            lines.append("| " + " | ".join(cells) + " |")
-    problems = [r for r in rows if r["status"] not in ("pass", "skipped")]
-    if problems:
-        lines += ["", "### Not passing", ""]
-        for r in problems:
-            lines.append(
-                f"- {r['model']} {r['mode']} {r['impl']}: {r['status']}: {r.get('reason', '')}"
-            )
-    skipped = dict(meta.get("skipped_models") or {})
-    skipped.update({r["model"]: r.get("reason", "") for r in rows if r["status"] == "skipped"})
-    if skipped:
-        lines += ["", "### Skipped models", ""]
-        lines += [f"- {model}: {why}" for model, why in sorted(skipped.items())]
-    return "\n".join(lines)
-
-
-def _eager_cell(row) -> str:
-    if row is None:
-        return "-"
-    if row["status"] != "pass":
-        return row["status"]
-    return f"{_x(row.get('pipelined_ms'))} / {_x(row.get('synchronized_ms'))}"
-
-
-def _cell(row, eager) -> str:
-    if row is None:
-        return "-"
-    if row["status"] != "pass":
-        return row["status"]
-    if eager is None or eager["status"] != "pass":
-        text = f"{_x(row.get('pipelined_ms'))} / {_x(row.get('synchronized_ms'))} ms"
-    else:
-        speed = [
-            eager[f"{t}_ms"] / row[f"{t}_ms"] if row.get(f"{t}_ms") else None
-            for t in ("pipelined", "synchronized")
-        ]
-        text = f"{_x(speed[0], '.2f', '×')} / {_x(speed[1], '.2f', '×')}"
-    if row["impl"] in GRAPHED and row.get("graph_launches_per_call") is not None:
-        text += f" ({row['graph_launches_per_call']})"
-    return text
-
-
-def _versus(ours, up) -> list[str]:
-    if not (ours and up and ours["status"] == up["status"] == "pass"):
-        return ["-", "-", "-"]
-    time_ratio = ours["synchronized_ms"] / up["synchronized_ms"]
-    compile_ratio = ours["compile_s"] / up["compile_s"] if up.get("compile_s") else None
-    peak = None
-    if ours.get("peak_allocated_mib") is not None and up.get("peak_allocated_mib") is not None:
-        peak = ours["peak_allocated_mib"] - up["peak_allocated_mib"]
-    return [_x(time_ratio), _x(compile_ratio), _x(peak, "+.1f")]
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "xpu", "cpu"), default=None)
@@ -417,9 +238,10 @@ def parse_args(argv=None):
     )
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument(
-        "--impls", default=None, help="comma list; default: every one the device has"
+        "--impls", default=None, help="comma list; default: DEFAULT_IMPLS of the device"
     )
     parser.add_argument("--list", action="store_true", help="print the models and exit")
+    parser.add_argument("--heavy", action="store_true", help="also the models marked heavy")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--calls", type=int, default=6, help="calls checked against eager")
@@ -463,18 +285,21 @@ def main(argv=None) -> None:
         meta, rows = merge(args.summarize)
         emit(args, meta, rows)
         return
-    models = select_models(args.suites, args.models, args.shard)
-    if args.list:
+    if args.list:  # every model, the heavy ones marked
+        models = select_models(args.suites, args.models, args.shard, heavy=True)
         for name in models:
             spec = zoo_models.MODELS[name]
             missing = zoo_models.missing_dependency(spec)
-            print(f"{name:32} {spec.suite:12} {'skipped: ' + missing if missing else ''}".rstrip())
+            notes = ["heavy: run with --heavy or --models"] if spec.heavy else []
+            notes += [f"skipped: {missing}"] if missing else []
+            print(f"{name:32} {spec.suite:12} {'; '.join(notes)}".rstrip())
         print(f"{len(models)} models")
         return
+    models = select_models(args.suites, args.models, args.shard, args.heavy)
     import torch
 
     args.device = args.device or default_device()
-    impls = args.impls or [i for i in IMPLS if args.device == "cuda" or i != "upstream"]
+    impls = args.impls or DEFAULT_IMPLS[args.device]
     if args.device != "cuda" and "upstream" in impls:
         print("upstream: Inductor's CUDA Graph Trees run on cuda only; left out", file=sys.stderr)
         impls = [i for i in impls if i != "upstream"]

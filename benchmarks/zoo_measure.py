@@ -2,14 +2,15 @@
 process per row. The row, a dict, is printed as the last line of stdout.
 
 In order:
-1. **reference**: eager on a copy of the model, ``--calls`` calls, each with fresh inputs
-   (call i's inputs come from a generator seeded with 1000 + i); outputs (training: the loss and
-   every parameter's gradient) kept on the host; the copy is freed;
+1. **references**: eager on a copy of the model, ``--calls`` calls, each with fresh inputs
+   (call i's inputs come from a generator seeded with 1000 + i), then the same on a float64
+   copy; results (training: the loss and every parameter's gradient) kept on the host;
 2. peak memory statistics reset; the implementation built on the model;
-3. **correctness**: the same ``--calls`` calls with the same inputs, each result compared with
-   the reference. The error of a tensor is max |result - reference| / max |reference|; a row
-   passes when the largest is within the dtype's tolerance. The first three calls
-   (warmup, record, first replay), each synchronized, are the compile time;
+3. **correctness**: the same ``--calls`` calls with the same inputs. As PyTorch's dashboard
+   judges accuracy, a tensor's error is its relative RMS difference from the float64 result,
+   and it passes within ``MULTIPLIER`` × eager's own error plus the dtype's tolerance (a stale
+   or wrong graph output is off by about 1). The first three calls (warmup, record, first
+   replay), each synchronized, are the compile time;
 4. **graphs replaying**: one more call under the profiler, counting graph launches
    (``cudaGraphLaunch`` on cuda; on xpu, events with a graph launch's name). The CPU emulator
    is not visible to the profiler: there the count is ``stats()["replays"]`` over the call;
@@ -41,7 +42,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 import zoo_models  # noqa: E402
 from real_clients import Variant  # noqa: E402  (how every suite selects an implementation)
 
-TOLERANCE = {"fp32": 1e-2, "bf16": 1e-1}
+# Relative RMS error allowed beyond MULTIPLIER × eager's own. Training is looser, as on the
+# dashboard: Inductor's batch-norm backward on the CPU is 7.5e-3 off float64 in ResNet-18's
+# last block where eager is 8e-6 off (the same with and without graphs).
+TOLERANCE = {
+    "fp32": {"inference": 1e-3, "training": 1e-2},
+    "bf16": {"inference": 1e-2, "training": 4e-2},
+}
+MULTIPLIER = 3.0
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPILE_CALLS = 3  # warmup, record, first replay
 OUR_COUNTERS = ("warmups", "records", "replays", "rerecords", "fallbacks", "skips")
@@ -69,26 +77,34 @@ def tensors_of(output: Any) -> list[torch.Tensor]:
     return []
 
 
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A host copy to compare: float64 stays float64, every other dtype becomes float32."""
+    return t.detach().to("cpu", torch.float64 if t.dtype == torch.float64 else torch.float32)
+
+
 class Runner:
     """Calls of one model in one mode: ``call(module, inputs)`` returns what is compared."""
 
     def __init__(self, workload: zoo_models.Workload, model: torch.nn.Module, training: bool):
         self.workload, self.training = workload, training
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
+        # what each compared tensor is (inference: outputs, in order)
+        self.names = ["loss", *(f"{name}.grad" for name, _ in named)] if training else None
 
     def call(self, module, inputs: dict[str, torch.Tensor], params=None) -> list[torch.Tensor]:
         """One call; the result as host float32 copies (training: loss, then each gradient)."""
         if not self.training:
             with torch.no_grad():
                 out = module(**zoo_models.model_inputs(inputs))
-            return [t.detach().float().cpu() for t in tensors_of(out)]
+            return [_host(t) for t in tensors_of(out)]
         params = self.params if params is None else params
         loss = self.workload.loss(module(**zoo_models.model_inputs(inputs)), inputs)
         loss.backward()
-        grads = [torch.zeros(()) if p.grad is None else p.grad.float().cpu() for p in params]
+        grads = [torch.zeros(()) if p.grad is None else _host(p.grad) for p in params]
         for p in params:
             p.grad = None
-        return [loss.detach().float().cpu(), *grads]
+        return [_host(loss), *grads]
 
     def step(self, module, inputs: dict[str, torch.Tensor]) -> None:
         """One call as timed: the result is dropped."""
@@ -101,24 +117,58 @@ class Runner:
             p.grad = None
 
 
-def largest_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> tuple[float, float]:
-    """(largest normalized error, largest absolute error) over the tensors of one call."""
-    if len(got) != len(want):
-        raise AssertionError(f"{len(got)} tensors against eager's {len(want)}")
-    worst, worst_abs = 0.0, 0.0
-    for a, b in zip(got, want):
-        if a.shape != b.shape:
-            raise AssertionError(f"shape {tuple(a.shape)} against eager's {tuple(b.shape)}")
+def _relative_rms(a: torch.Tensor, b: torch.Tensor) -> float:
+    """RMS of a - b over the RMS of b (0 where both are 0), in float64, where b is finite."""
+    a, b = a.double(), b.double()
+    finite = torch.isfinite(b)
+    if not bool(finite.all()):
+        a, b = a[finite], b[finite]
+    if b.numel() == 0:
+        return 0.0
+    diff = (a - b).square().mean().sqrt().item()
+    if diff != diff:
+        return float("inf")
+    scale = b.square().mean().sqrt().item()
+    return 0.0 if diff == 0 else diff / max(scale, 1e-30)
+
+
+def compare(
+    got: list[torch.Tensor], eager: list[torch.Tensor], precise: list[torch.Tensor], tol: float
+) -> dict[str, Any]:
+    """One call's result against eager's and the float64 reference's (``precise``; eager's own
+    where there is none), tensor by tensor.
+
+    A tensor's error is its relative RMS difference from the float64 reference; it passes
+    within ``MULTIPLIER`` × eager's own error plus ``tol``, as PyTorch's dashboard judges
+    accuracy. Returns the worst tensor: its index, error, eager's error and its ``score``
+    (error / allowance: above 1 fails), and the largest absolute difference from eager.
+    """
+    if not len(got) == len(eager) == len(precise):
+        raise AssertionError(f"{len(got)} tensors against eager's {len(eager)}")
+    worst = {"score": 0.0, "error": 0.0, "eager_error": 0.0, "at": 0, "abs_vs_eager": 0.0}
+    for i, (a, e, p) in enumerate(zip(got, eager, precise)):
+        if a.shape != e.shape:
+            raise AssertionError(f"shape {tuple(a.shape)} against eager's {tuple(e.shape)}")
         if a.numel() == 0:
             continue
-        diff = (a - b).abs().max().item()
-        if diff != diff and bool(torch.isnan(b).any()):  # NaN where eager has NaN too
-            diff = 0.0
-        scale = max(b.abs().max().item(), 1e-6)
-        worst, worst_abs = max(worst, diff / scale), max(worst_abs, diff)
-        if diff != diff:
-            return float("inf"), float("inf")
-    return worst, worst_abs
+        error, eager_error = _relative_rms(a, p), _relative_rms(e, p)
+        score = error / (MULTIPLIER * eager_error + tol)
+        if score > worst["score"] or score != score:
+            worst.update(score=score, error=error, eager_error=eager_error, at=i)
+        difference = (a.double() - e.double()).abs().max().item()
+        worst["abs_vs_eager"] = max(worst["abs_vs_eager"], difference)
+    return worst
+
+
+def references(runner: Runner, model, inputs: list[dict], dtype) -> list[list[torch.Tensor]]:
+    """Eager's results of every call on a copy of the model (in ``dtype``, if given)."""
+    copied = copy.deepcopy(model)
+    if dtype is not None:
+        copied = copied.to(dtype)
+        cast = lambda v: v.to(dtype) if v.is_floating_point() else v  # noqa: E731
+        inputs = [{k: cast(v) for k, v in x.items()} for x in inputs]
+    params = [p for p in copied.parameters() if p.requires_grad]
+    return [runner.call(copied, x, params) for x in inputs]
 
 
 def graph_launches(run_once, device: str) -> tuple[int | None, str, list[str]]:
@@ -223,10 +273,13 @@ def _measure(args, row: dict[str, Any]) -> None:
 
     row["phase"] = "eager reference"
     inputs = [inputs_of(i) for i in range(args.calls)]
-    reference_model = copy.deepcopy(model)
-    reference_params = [p for p in reference_model.parameters() if p.requires_grad]
-    expected = [runner.call(reference_model, x, reference_params) for x in inputs]
-    del reference_model, reference_params
+    eager = references(runner, model, inputs, None)
+    try:  # the float64 reference, as the dashboard's accuracy check
+        precise = references(runner, model, inputs, torch.float64)
+        row["reference"] = "float64"
+    except Exception as error:
+        precise = eager
+        row["reference"] = f"eager (float64 failed: {type(error).__name__}: {str(error)[:100]})"
     gc.collect()
     memory = None if device == "cpu" else torch.get_device_module(device)
     if memory is not None:
@@ -235,24 +288,32 @@ def _measure(args, row: dict[str, Any]) -> None:
 
     row["phase"] = "compile and first calls"
     compiled = variant.compile(model)
-    first_calls, worst, worst_abs = [], 0.0, 0.0
+    first_calls, tol = [], TOLERANCE[args.dtype][args.mode]
+    worst: dict[str, Any] = {"score": 0.0}
     for i, x in enumerate(inputs):
         if i == COMPILE_CALLS:
             row["phase"] = "correctness"
         synchronize(device)
         start = time.perf_counter()
         got = runner.call(compiled, x)
+        runner.names = runner.names or [f"output {k}" for k in range(len(got))]
         if i < COMPILE_CALLS:
             synchronize(device)
             first_calls.append(time.perf_counter() - start)
-        error, error_abs = largest_error(got, expected[i])
-        worst, worst_abs = max(worst, error), max(worst_abs, error_abs)
+        result = compare(got, eager[i], precise[i], tol)
+        if not result["score"] <= worst["score"]:  # NaN included
+            worst = {**result, "call": i}
+        row["max_abs_error_vs_eager"] = max(
+            row.get("max_abs_error_vs_eager", 0.0), result["abs_vs_eager"]
+        )
     row["first_calls_s"] = [round(t, 3) for t in first_calls]
     row["compile_s"] = round(sum(first_calls), 3)
-    row["max_error"], row["max_abs_error"] = worst, worst_abs
-    row["tolerance"] = TOLERANCE[args.dtype]
-    row["calls_checked"] = args.calls
-    del expected
+    row["max_error"], row["eager_error"] = worst.get("error", 0.0), worst.get("eager_error", 0.0)
+    row["error_score"] = worst["score"]
+    if "call" in worst:
+        row["max_error_at"] = f"call {worst['call']}, {runner.names[worst['at']]}"
+    row["tolerance"], row["calls_checked"] = tol, args.calls
+    del eager, precise
 
     row["phase"] = "graph launches"
     timed_inputs = inputs[0]
@@ -282,6 +343,9 @@ def _measure(args, row: dict[str, Any]) -> None:
     elif args.impl == "upstream":
         skips = dict(torch._dynamo.utils.counters["inductor"]).get("cudagraph_skips", 0)
         row["graphs"] = {"cudagraph_skips": skips}
-    row["status"] = "pass" if worst <= TOLERANCE[args.dtype] else "fail"
+    row["status"] = "pass" if worst["score"] <= 1.0 else "fail"
     if row["status"] == "fail":
-        row["reason"] = f"error {worst:.2e} above the tolerance {TOLERANCE[args.dtype]:.0e}"
+        row["reason"] = (
+            f"error {row['max_error']:.2e} ({row.get('max_error_at')}) above "
+            f"{MULTIPLIER:g} × eager's {row['eager_error']:.2e} + {tol:g}"
+        )

@@ -379,21 +379,35 @@ def test_a_warmup_runs_in_the_pool(tree):
     assert tree.backend.warmups == {"in pool": 1, "outside": 0}
 
 
-def test_a_warmup_output_still_held_leaves_the_pool_before_a_capture(tree):
+def test_a_warmup_output_held_past_its_generation_leaves_the_pool_with_its_values(tree):
     out = warm_up(tree, value=3.0)
     address = out.data_ptr()
-    a, a_out = record(tree, 0)
+    tree.start_generation()  # the next step's graphs may overwrite the pool: it moves out
     assert out.data_ptr() != address and torch.equal(out, torch.full((16,), 3.0))
-    assert isinstance(tree.memory, CheckpointedPool)  # the pool held exactly its outputs
-    assert tree.backend.in_use() == {output_ptr(a)}
+    assert tree.backend.in_use() == set()
+    a, a_out = record(tree, 0)
+    assert tree.next_memory is None  # the pool held exactly the graph's outputs
 
 
 def test_a_warmup_output_the_caller_dropped_is_not_copied(tree):
-    del_me = warm_up(tree)
-    address = del_me.data_ptr()
-    del del_me
-    record(tree, 0)
-    assert tree.warmup_outputs.hand_over() == 0 and address not in tree.backend.in_use()
+    out = warm_up(tree)
+    address = out.data_ptr()
+    del out
+    tree.start_generation()
+    assert not tree.warmup_outputs and address not in tree.backend.in_use()
+
+
+def test_after_a_warmup_in_the_pool_no_graph_runs_until_the_generation_ends(tree):
+    a, a_out = record(tree, 0)
+    tree.current = tree.root  # the next step: a replays, then a new callable warms up
+    tree.current = a
+    first = warm_up(tree, value=1.0)
+    assert tree.current is tree.warming_up and not tree.current.children
+    second = warm_up(tree, value=2.0)  # the step's next call: un-graphed, in the pool
+    assert tree.backend.warmups == {"in pool": 2, "outside": 0}
+    assert tree.current is tree.warming_up and first.data_ptr() != second.data_ptr()
+    tree.start_generation()
+    assert tree.current is tree.root
 
 
 def test_a_warmup_below_a_node_off_the_pool_path_restores_the_path_first(tree):
@@ -407,19 +421,11 @@ def test_a_warmup_below_a_node_off_the_pool_path_restores_the_path_first(tree):
     assert tree.backend.in_use() == {output_ptr(a), out.data_ptr()}
 
 
-def test_a_warmup_that_keeps_the_pool_path_copies_no_warmup_output(tree):
-    first = warm_up(tree, value=1.0)  # a forward's saved activations, say
-    address = first.data_ptr()
-    warm_up(tree, value=2.0)  # its backward's warmup, in the same step
-    assert first.data_ptr() == address
-
-
-def test_owned_outputs_leave_warmup_outputs_in_the_pool(owned_tree):
-    out = warm_up(owned_tree)
+def test_owned_outputs_hand_over_warmup_outputs_held_past_their_generation(owned_tree):
+    out = warm_up(owned_tree, value=5.0)
     address = out.data_ptr()
-    record(owned_tree, 0)
-    assert out.data_ptr() == address
-    assert owned_tree.backend.warmups == {"in pool": 1, "outside": 0}
+    owned_tree.start_generation()
+    assert out.data_ptr() != address and torch.equal(out, torch.full((16,), 5.0))
 
 
 def test_a_warmup_where_a_capture_would_be_refused_runs_outside_the_pool(owned_tree):
@@ -427,6 +433,7 @@ def test_a_warmup_where_a_capture_would_be_refused_runs_outside_the_pool(owned_t
     owned_tree.current = a  # a later step replays a, then another backward warms up
     warm_up(owned_tree)
     assert owned_tree.backend.warmups == {"in pool": 0, "outside": 1}
+    assert owned_tree.current is a  # nothing ran in the pool: graphs may still run
 
 
 # -- owned outputs (portable): the same reuse, and what a lender's free memory forbids ------
@@ -523,3 +530,14 @@ def test_a_recording_replays_only_with_the_object_inputs_it_was_captured_with():
     assert recording.changed_inputs([torch.zeros(4), weight, other_mesh]) == ([], [2])
     identity = recording.input_identity([torch.zeros(4), weight, mesh])
     assert identity != recording.input_identity([torch.zeros(4), weight, other_mesh])
+
+
+def test_a_callable_met_again_after_a_warmup_in_the_pool_starts_a_new_generation(tree):
+    """Calls that never move torch.compile's counter (a loaded export in a serving loop):
+    the warming generation must still end when a callable comes back."""
+    identity = CallableIdentity(7, "graph7", Phase.INFERENCE)
+    out = warm_up(tree)
+    tree.hand_out_eager(identity, [out])
+    assert not tree.restart_if_repeated(8, [], ())  # another callable: the same step
+    assert tree.restart_if_repeated(7, [], ())
+    assert tree.current is tree.root

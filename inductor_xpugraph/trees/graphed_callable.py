@@ -203,6 +203,10 @@ class GraphedCallable:
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
+        if tree.current is tree.warming_up:  # no graph runs before the generation ends
+            if self.policy.admit_size(key) and self.policy.warm_up(key):
+                stats.counters["warmups"] += 1
+            return self._run_eagerly(tree, args, warmup=True)
         variants = tree.current.variants((self.id, key))
         matching = [v for v in variants if v.recording.static_inputs_match(args)]
         for node in matching:  # the first whose reused memory is free now

@@ -75,17 +75,21 @@ capture keeps: so it runs in the pool only where a capture below the current nod
 admitted (``can_capture_below``), after the strategy made the pool ready for one
 (``prepare_warmup``: with checkpointing, the pool path moves to the current path, exactly as
 before a capture, minus the lending). Elsewhere (off the tree, after a refused capture, on a
-backend that cannot route allocations) it runs outside the pool, as before.
-Its outputs are the caller's tensors, in pool memory the strategy does not account for. With
-owned outputs that is all: nothing is ever restored, and the pool keeps them allocated until
-the caller drops them. With checkpointing, a restore would mark them free under the caller, and
-the check after a capture would find them; so before each capture, and before a warmup that
-moves the pool path, the warmup outputs still alive are *handed over* (``WarmupOutputs.hand_over``: copied out of
-the pool, every tensor over them keeping its values, as gradients are when a generation ends).
-A usual loop keeps none (a warmup's outputs go stale when its generation ends, and
-``zero_grad()`` drops its gradients), so nothing is copied; where torch cannot swap a
-storage's memory (``invalidation.can_copy_out_of_pool``), checkpointing warms up outside the
-pool.
+backend that cannot route allocations) it runs outside the pool.
+Its memory is then anywhere the allocator sees as free, the scratch of any graph included, and
+its outputs are the caller's tensors there, which no strategy accounts for. Two rules, the
+ones upstream's trees keep, make that safe (``GraphTree.warm_up``, ``start_generation``):
+- once a warmup ran in the pool, no graph runs until the generation ends: its later calls
+  run un-graphed in the pool (a replay would write its scratch over the warmup's outputs,
+  and a capture would place itself around memory it cannot see);
+- when the next generation starts, before any graph runs, the warmup outputs still
+  referenced (after retiring dropped the output objects the caller held) are *handed over*
+  (``WarmupOutputs.hand_over``: copied out of the pool, every tensor over them keeping its
+  values, as gradients are). Upstream's trees free them and make them raise instead.
+So a capture or a restore never meets a warmup's allocation. A usual loop keeps nothing past
+its step (``out = model(x)`` drops the last output, ``zero_grad()`` the gradients) and nothing
+is copied; gradient accumulation copies its gradients out once. Where torch cannot swap a
+storage's memory (``invalidation.can_copy_out_of_pool``), warmups run outside the pool.
 """
 
 from __future__ import annotations
@@ -231,6 +235,9 @@ class WarmupOutputs:
     def __init__(self) -> None:
         self._storages: list[StorageWeakRef] = []
 
+    def __bool__(self) -> bool:
+        return bool(self._storages)
+
     def note(self, outputs: Any, input_addresses: set[int]) -> None:
         """Note the outputs of a warmup in the pool, but for those over its inputs' memory."""
         flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]
@@ -276,9 +283,6 @@ class OwnedOutputs(_PathReuse):
             borrowers <= path for lender, borrowers in self.lent_to.items() if lender in path
         )
 
-    #: Warmup outputs may stay in the pool: nothing is ever restored under them.
-    keeps_warmup_outputs = True
-
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         self.pool_path = parent.path_from_root()
         self._begin_reuse(self._held() if self.lending else [])
@@ -286,9 +290,6 @@ class OwnedOutputs(_PathReuse):
     def prepare_warmup(self, parent: GraphNode, pool: Any) -> None:
         """Every output not lent away is allocated: an un-graphed run admitted below
         ``parent`` (``can_capture_below``) can allocate anywhere else in the pool."""
-
-    def restores_for(self, parent: GraphNode) -> bool:
-        return False
 
     def lend_inputs(self, args: list[Any]) -> list[int]:
         return super().lend_inputs(args) if self.lending else []
@@ -322,17 +323,10 @@ class CheckpointedPool(_PathReuse):
         self.checkpoints: dict[GraphNode, Any] = {}
         self.allocated_at: dict[GraphNode, frozenset[Output]] = {}
 
-    #: Warmup outputs must leave the pool before it is restored or checked (module docstring).
-    keeps_warmup_outputs = False
-
     def prepare_capture(self, parent: GraphNode, pool: Any) -> None:
         """Allocate exactly the live outputs of root..parent; free everything else."""
         self.prepare_warmup(parent, pool)
         self._begin_reuse(_in_capture_order(self.allocated_at.get(parent, frozenset())))
-
-    def restores_for(self, parent: GraphNode) -> bool:
-        """Whether ``prepare_warmup(parent)`` frees or restores anything."""
-        return set(self._held()) != self.allocated_at.get(parent, frozenset())
 
     def prepare_warmup(self, parent: GraphNode, pool: Any) -> None:
         """Allocate exactly the live outputs of root..parent: the pool path moves there."""

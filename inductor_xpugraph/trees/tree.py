@@ -90,6 +90,9 @@ class GraphTree:
         self.root = GraphNode.marker("<root>")
         # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
         self.off_tree = GraphNode.marker("<off tree>")
+        # Where a generation goes once a warmup ran in the pool: no graph may run until it
+        # ends, and its calls run un-graphed in the pool (``warm_up``).
+        self.warming_up = GraphNode.marker("<warming up>")
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
         self._seq = itertools.count(1)
@@ -185,11 +188,17 @@ class GraphTree:
         """
         if MarkStepBox.mark_step_counter:
             return False
-        node = self.current
-        while node.callable_id != callable_id:
-            if node.parent is None:  # reached the root: not on the path
+        if self.current is self.warming_up:  # the path so far: what ran in this generation
+            ran = [node.callable_id for node in self.replayed_nodes]
+            ran += [producer.id for producer, _ in self.eager_outputs]
+            if callable_id not in ran:
                 return False
-            node = node.parent
+        else:
+            node = self.current
+            while node.callable_id != callable_id:
+                if node.parent is None:  # reached the root: not on the path
+                    return False
+                node = node.parent
         if self.refresh_pending_backward():
             return False
         self.start_generation(args, passed_back)
@@ -213,8 +222,13 @@ class GraphTree:
         self.unretired = self._take_handed_out()
         if args is not None and passed_back:
             self.unretired.copy_passed_back(args, passed_back)
-        if self.next_memory is not None or self.unretired.may_copy():
+        if self.next_memory is not None or self.unretired.may_copy() or self.warmup_outputs:
             self.retire_ended_generation()
+        # Before any graph runs: what warmups left in the pool that is still referenced (memory
+        # docstring, "Warmups run in the pool") leaves it, now that retiring dropped the
+        # output objects the caller held.
+        if self.warmup_outputs:
+            self.warmup_outputs.hand_over()
         if self.next_memory is not None:
             for child in self.root.child_nodes():
                 self.drop_node(child)
@@ -292,7 +306,6 @@ class GraphTree:
         """
         started = time.perf_counter()
         try:
-            self._hand_over_warmup_outputs()
             self.memory.prepare_capture(self.current, self.pool)  # may make the pool
         except BaseException:
             self.start_over()
@@ -314,36 +327,31 @@ class GraphTree:
         return graph, outputs, consumed
 
     def warm_up(self, fn: Any, args: list[Any]) -> Any:
-        """Run ``fn(args)`` un-graphed before its capture: in the pool, where the capture that
-        follows reuses its memory, wherever a capture below the current node would be
-        admitted; elsewhere outside it (``memory``, "Warmups run in the pool")."""
-        memory = self.memory
-        if not (
-            self.backend.warms_up_in_pool
-            and self.current is not self.off_tree
-            and self.next_memory is None
-            and memory.can_capture_below(self.current)
-            and (memory.keeps_warmup_outputs or can_copy_out_of_pool())
-        ):
-            return self.backend.warmup(fn, args)
-        try:
-            if memory.restores_for(self.current):
-                self._hand_over_warmup_outputs()
-            memory.prepare_warmup(self.current, self.pool)  # may make the pool
-        except Exception:  # the pool cannot be made or restored: no capture here either
-            self.start_over()
-            return self.backend.warmup(fn, args)
-        if memory.keeps_warmup_outputs:
-            return self.backend.warmup_in_pool(fn, args, self.pool)
+        """Run ``fn(args)`` un-graphed before its capture: in the pool, where the captures
+        that follow reuse its memory, wherever a capture below the current node would be
+        admitted; elsewhere outside it (``memory``, "Warmups run in the pool"). After one in
+        the pool, no graph runs until the generation ends (its memory may lie in any graph's
+        scratch), and later calls of the generation run un-graphed in the pool too."""
+        if self.current is not self.warming_up:
+            memory = self.memory
+            if not (
+                self.backend.warms_up_in_pool
+                and self.current is not self.off_tree
+                and self.next_memory is None
+                and memory.can_capture_below(self.current)
+                and can_copy_out_of_pool()
+            ):
+                return self.backend.warmup(fn, args)
+            try:
+                memory.prepare_warmup(self.current, self.pool)  # may make the pool
+            except Exception:  # the pool cannot be made or restored: no capture here either
+                self.start_over()
+                return self.backend.warmup(fn, args)
+            self.current = self.warming_up
         inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
         outputs = self.backend.warmup_in_pool(fn, args, self.pool)
         self.warmup_outputs.note(outputs, inputs)
         return outputs
-
-    def _hand_over_warmup_outputs(self) -> None:
-        """Before the pool is restored or checked: warmup outputs still alive leave it."""
-        if not self.memory.keeps_warmup_outputs:
-            stats.counters["handovers"] += self.warmup_outputs.hand_over()
 
     def _log_captures(self) -> None:
         """One info line for the captures of the generation that ended (as vLLM logs one
@@ -482,6 +490,7 @@ class GraphTree:
     def reset(self) -> None:
         with self.lock:
             self.retire_handed_out(dropped_by_reset=True)
+            self.warmup_outputs.hand_over()  # the pool goes: nothing of the caller's may stay
             nodes = self.nodes()
             self.memory.forget(nodes)
             self.root.children.clear()

@@ -203,9 +203,13 @@ class GraphedCallable:
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
-        if tree.current is tree.warming_up:  # no graph runs before the generation ends
+        if tree.current is tree.warming_up and not tree.resume_after_warmups():
+            # A warmup's outputs are still held: no graph may run (GraphTree.warm_up).
             if self.policy.admit_size(key) and self.policy.warm_up(key):
                 stats.counters["warmups"] += 1
+            elif tree.calls_warming_up == RECORDS_BELOW_ITSELF:
+                reason = messages.WARMUP_OUTPUTS_HELD
+                stats.record_event(stats.EventKind.PENDING_BACKWARD, reason, self.name, self.source)
             return self._run_eagerly(tree, args, warmup=True)
         variants = tree.current.variants((self.id, key))
         matching = [v for v in variants if v.recording.static_inputs_match(args)]

@@ -238,15 +238,21 @@ class WarmupOutputs:
     def __bool__(self) -> bool:
         return bool(self._storages)
 
-    def note(self, outputs: Any, input_addresses: set[int]) -> None:
-        """Note the outputs of a warmup in the pool, but for those over its inputs' memory."""
+    def note(self, outputs: Any, inputs: list[StorageWeakRef]) -> None:
+        """Note the outputs of a warmup in the pool, but for those over an input's storage
+        (``inputs``, taken before the run). Storages, not addresses: an input the run freed
+        (a forward's saved activation, in the pool too) may have left its address to an
+        output."""
+        kept_inputs = {ref.cdata for ref in inputs if not ref.expired()}
         flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         for out in flat:
             if isinstance(out, torch.Tensor) and not out.is_meta:
-                storage = out.untyped_storage()
-                address = storage.data_ptr()
-                if address and address not in input_addresses:
-                    self._storages.append(StorageWeakRef(storage))
+                ref = StorageWeakRef(out.untyped_storage())
+                if ref.cdata not in kept_inputs and out.untyped_storage().data_ptr():
+                    self._storages.append(ref)
+
+    def any_alive(self) -> bool:
+        return any(not ref.expired() for ref in self._storages)
 
     def hand_over(self) -> int:
         """Copy the ones still alive out of the pool, which gets their memory back; returns

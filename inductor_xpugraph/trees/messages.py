@@ -133,6 +133,16 @@ def recorded_below_itself(recordings: int, stopped: bool) -> str:
     )
 
 
+WARMUP_OUTPUTS_HELD = (
+    "runs un-graphed: outputs of an earlier call of this step that ran un-graphed (its warmup, "
+    "in the graph pool) are still referenced, and no graph may run over them before the step "
+    "ends, which it cannot while they require grad (a backward may still read them). In an "
+    "evaluation loop, run under torch.no_grad() or torch.inference_mode(), or keep only "
+    "detached outputs; otherwise call backward(), or inductor_xpugraph.mark_step_begin() "
+    "before each step"
+)
+
+
 def graphs_invalidated(device: str, reason: str) -> str:
     return (
         f"the {device} graphs recorded so far may not replay again: {reason}; the rest of "

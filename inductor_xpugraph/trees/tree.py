@@ -61,6 +61,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
 
@@ -91,7 +92,8 @@ class GraphTree:
         # Where a generation goes when it cannot stay in the tree: its calls run un-graphed.
         self.off_tree = GraphNode.marker("<off tree>")
         # Where a generation goes once a warmup ran in the pool: no graph may run until it
-        # ends, and its calls run un-graphed in the pool (``warm_up``).
+        # ends, or until every warmup output is dropped, and its calls run un-graphed in the
+        # pool (``warm_up``).
         self.warming_up = GraphNode.marker("<warming up>")
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
@@ -114,8 +116,11 @@ class GraphTree:
         # call of the new one (see ``start_generation``); None once retired.
         self.unretired: HandedOut | None = None
         self._pool: Any = None
-        # Outputs of warmups in the pool the caller may still hold (``warm_up``).
+        # Outputs of warmups in the pool the caller may still hold (``warm_up``), the node
+        # the generation was at when the first ran, and the calls run since.
         self.warmup_outputs = WarmupOutputs()
+        self.warmed_up_below: GraphNode = self.root
+        self.calls_warming_up = 0
         self.memory = memory_strategy(self.backend)
         # Set when this tree must record again, from the next generation, with this strategy.
         self.next_memory: MemoryStrategy | None = None
@@ -330,8 +335,9 @@ class GraphTree:
         """Run ``fn(args)`` un-graphed before its capture: in the pool, where the captures
         that follow reuse its memory, wherever a capture below the current node would be
         admitted; elsewhere outside it (``memory``, "Warmups run in the pool"). After one in
-        the pool, no graph runs until the generation ends (its memory may lie in any graph's
-        scratch), and later calls of the generation run un-graphed in the pool too."""
+        the pool, no graph runs until the generation ends or every warmup output is dropped
+        (``resume_after_warmups``): its memory may lie in any graph's scratch. Until then the
+        calls of the generation run un-graphed in the pool too."""
         if self.current is not self.warming_up:
             memory = self.memory
             if not (
@@ -347,11 +353,22 @@ class GraphTree:
             except Exception:  # the pool cannot be made or restored: no capture here either
                 self.start_over()
                 return self.backend.warmup(fn, args)
-            self.current = self.warming_up
-        inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            self.warmed_up_below, self.current = self.current, self.warming_up
+            self.calls_warming_up = 0
+        inputs = [StorageWeakRef(a.untyped_storage()) for a in args if isinstance(a, torch.Tensor)]
         outputs = self.backend.warmup_in_pool(fn, args, self.pool)
         self.warmup_outputs.note(outputs, inputs)
+        self.calls_warming_up += 1
         return outputs
+
+    def resume_after_warmups(self) -> bool:
+        """Once nothing a warmup left in the pool is referenced, graphs may run again: the
+        path goes on from where the first warmup ran, as if it had run outside the pool.
+        Returns whether it did."""
+        if self.warmup_outputs.any_alive():
+            return False
+        self.current = self.warmed_up_below
+        return True
 
     def _log_captures(self) -> None:
         """One info line for the captures of the generation that ended (as vLLM logs one

@@ -114,6 +114,9 @@ class EmulatedGraph:
 class CpuEmulationBackend(GraphBackend):
     device_type = "cpu"
     capture_executes = True
+    # Warmups "in the pool" run as any other (a pool here is only a name), so that the tree
+    # keeps the rules of warmups in a device's pool here too (``trees.memory``).
+    warms_up_in_pool = True
 
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)

@@ -14,6 +14,7 @@ from inductor_xpugraph.__main__ import graph_tree_lines
 from inductor_xpugraph.codegen.eligibility import GraphPlan, GraphTarget
 from inductor_xpugraph.codegen.render import render
 from inductor_xpugraph.trees.node import Phase
+from inductor_xpugraph.trees.recording_policy import RecordingSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +76,13 @@ def test_the_demo_shows_each_graphify_call_on_one_line_with_its_first_two_names(
 def graphify_call(source):
     target = GraphTarget("call", static_inputs=(0,), copied_inputs=(1,), mutated_inputs=())
     plan = GraphPlan("cpu:0", Phase.INFERENCE, (target,), None, source)
-    context = dict(plan=plan, device="cpu:0", phase="inference", module_label="0_inference")
+    context = dict(
+        plan=plan,
+        device="cpu:0",
+        phase="inference",
+        module_label="0_inference",
+        recording=RecordingSettings(),
+    )
     return render("graphify.py.j2", target=target, **context)
 
 

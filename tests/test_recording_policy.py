@@ -10,25 +10,47 @@ import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.recording_policy import RecordingPolicy
+from inductor_xpugraph.trees import graphify
+from inductor_xpugraph.trees.recording_policy import RecordingPolicy, RecordingSettings, upstream_key
 from inductor_xpugraph.trees.tree import all_trees
 
 # -- the policy on its own ------------------------------------------------------------------
 
 
+def policy_with(**settings):
+    values = dict(warmup_runs=1, rerecord_limit=3, rerecord_window=10, warn_limit=2)
+    values.update(settings)
+    return RecordingPolicy("call", source=None, settings=RecordingSettings(**values))
+
+
 @pytest.fixture
 def policy():
-    with inductor_xpugraph.config.patch(
-        warmup_runs=1, rerecord_limit=3, rerecord_window=10, dynamic_shape_warn_limit=2
-    ):
-        yield RecordingPolicy("call", source=None)
+    return policy_with()
 
 
-def test_each_size_warms_up_warmup_runs_times_then_records(policy):
-    with inductor_xpugraph.config.patch(warmup_runs=2):
-        assert [policy.warm_up((4,)) for _ in range(3)] == [True, True, False]
-        assert policy.warm_up((8,)) is True
+@pytest.fixture
+def fresh_stats():
+    inductor_xpugraph.reset()
+    yield
+    inductor_xpugraph.reset()
+
+
+def test_each_size_warms_up_warmup_runs_times_then_records():
+    policy = policy_with(warmup_runs=2)
+    assert [policy.warm_up((4,)) for _ in range(3)] == [True, True, False]
+    assert policy.warm_up((8,)) is True
     assert policy.sizes_seen == 2
+
+
+def test_no_warmup_records_the_first_call_of_each_size_and_counts_the_size():
+    policy = policy_with(warmup_runs=0)
+    assert not policy.warm_up((4,)) and not policy.warm_up((8,))
+    assert policy.sizes_seen == 2
+
+
+def test_always_warming_up_never_records_even_with_no_warmups():
+    policy = policy_with(warmup_runs=0, always_warm_up=True)
+    assert all(policy.warm_up((4,)) for _ in range(5))
 
 
 def test_sizes_past_the_warn_limit_are_admitted_with_one_warning(policy, caplog):
@@ -42,13 +64,131 @@ def test_sizes_past_the_warn_limit_are_admitted_with_one_warning(policy, caplog)
     assert len([r for r in caplog.records if "distinct sizes" in r.getMessage()]) == 1
 
 
-def test_sizes_past_the_warn_limit_are_refused_when_skipping_dynamic_graphs(policy):
+def test_no_warn_limit_never_warns(caplog):
+    policy = policy_with(warn_limit=None)
+    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+        for size in range(20):
+            assert policy.admit_size((size,))
+            policy.warm_up((size,))
+    assert not caplog.records
+
+
+def test_sizes_past_the_size_limit_are_refused_and_sizes_seen_still_admitted(fresh_stats):
+    policy = policy_with(size_limit=2)
     for size in (1, 2):
         policy.warm_up((size,))
-    with inductor_xpugraph.config.patch(skip_dynamic_graphs=True):
+    assert not policy.admit_size((3,))
+    assert policy.admit_size((1,))  # a size seen before still is
+    assert "skip_dynamic_graphs" in "".join(inductor_xpugraph.stats()["skip_reasons"])
+
+
+def test_upstreams_size_limit_is_said_in_upstreams_words(fresh_stats):
+    policy = policy_with(size_limit=1, size_limit_upstream=True)
+    policy.warm_up((1,))
+    assert not policy.admit_size((2,))
+    (reason,) = inductor_xpugraph.stats()["skip_reasons"]
+    assert "cudagraph_dynamic_shape_rerecord_limit=1; already-recorded shapes still replay" in reason
+
+
+def test_a_size_limit_of_zero_graphs_nothing_not_even_a_static_graph():
+    assert not policy_with(size_limit=0).admit_size(())
+
+
+@pytest.mark.parametrize(
+    ("key", "upstream"), [((), None), ((4,), 4), ((2, 3), (2, 3)), ((1, 2, 3), (1, 2, 3))]
+)
+def test_sizes_are_matched_against_capture_sizes_as_upstream_keys_them(key, upstream):
+    assert upstream_key(key) == upstream
+
+
+@pytest.mark.parametrize(
+    ("capture_sizes", "key", "admitted"),
+    [
+        ((2, 5), (2,), True),  # one int input: its int
+        ((2, 5), (3,), False),
+        (((2,), 5), (2,), False),  # a 1-tuple never matches one int input
+        (((2, 3),), (2, 3), True),  # several: the tuple
+        (((2, 3),), (3, 2), False),
+        ((2, 5), (), False),  # no int input (a static graph) is never graphed
+    ],
+)
+def test_only_capture_sizes_are_admitted(capture_sizes, key, admitted):
+    assert policy_with(capture_sizes=capture_sizes).admit_size(key) is admitted
+
+
+def test_a_size_refused_by_capture_sizes_is_counted_without_a_warning(fresh_stats, caplog):
+    policy = policy_with(capture_sizes=(2,))
+    with caplog.at_level(logging.INFO, logger="inductor_xpugraph"):
         assert not policy.admit_size((3,))
-        assert policy.admit_size((1,))  # a size seen before still is
-        assert policy.admit_size(())  # and a callable without sizes
+    assert not caplog.records
+    assert policy.sizes_seen == 0  # nor toward the limits
+    assert inductor_xpugraph.stats()["skips"] == 1
+
+
+# -- where the settings come from --------------------------------------------------------------
+
+TRITON = torch._inductor.config.triton
+
+
+def needs_upstream(name):
+    return pytest.mark.skipif(not hasattr(TRITON, name), reason=f"torch without triton.{name}")
+
+
+def upstream(**values):
+    return torch._inductor.config.patch({f"triton.{k}": v for k, v in values.items()})
+
+
+def test_by_default_the_settings_are_ours():
+    with inductor_xpugraph.config.patch(
+        warmup_runs=3, rerecord_limit=5, rerecord_window=7, dynamic_shape_warn_limit=4
+    ):
+        assert RecordingSettings.current() == RecordingSettings(
+            warmup_runs=3, warn_limit=4, rerecord_limit=5, rerecord_window=7
+        )
+    with inductor_xpugraph.config.patch(dynamic_shape_warn_limit=4, skip_dynamic_graphs=True):
+        current = RecordingSettings.current()
+    assert (current.size_limit, current.size_limit_upstream) == (4, False)
+
+
+@needs_upstream("cudagraph_capture_sizes")
+def test_capture_sizes_are_upstreams():
+    with upstream(cudagraph_capture_sizes=[2, (3, 4)]):
+        assert RecordingSettings.current().capture_sizes == (2, (3, 4))
+
+
+@needs_upstream("skip_cudagraph_warmup")
+def test_skipping_upstreams_warmup_means_no_warmup_runs_and_forcing_it_wins():
+    with inductor_xpugraph.config.patch(warmup_runs=3), upstream(skip_cudagraph_warmup=True):
+        current = RecordingSettings.current()
+        assert (current.warmup_runs, current.always_warm_up) == (0, False)
+        with upstream(force_cudagraphs_warmup=True):
+            assert RecordingSettings.current().always_warm_up
+
+
+@needs_upstream("cudagraph_dynamic_shape_rerecord_limit")
+def test_upstreams_size_limit_replaces_ours_where_set():
+    with inductor_xpugraph.config.patch(skip_dynamic_graphs=True, dynamic_shape_warn_limit=4):
+        with upstream(cudagraph_dynamic_shape_rerecord_limit=2):
+            current = RecordingSettings.current()
+            assert (current.size_limit, current.size_limit_upstream) == (2, True)
+        with upstream(cudagraph_dynamic_shape_rerecord_limit=None):  # set: no limit
+            assert RecordingSettings.current().size_limit is None
+
+
+@needs_upstream("cudagraph_dynamic_shape_warn_limit")
+@pytest.mark.parametrize(("value", "warn_limit"), [(3, 3), (None, None), (0, None)])
+def test_upstreams_warn_limit_replaces_ours_where_set(value, warn_limit):
+    with inductor_xpugraph.config.patch(dynamic_shape_warn_limit=5):
+        with upstream(cudagraph_dynamic_shape_warn_limit=value):
+            assert RecordingSettings.current().warn_limit == warn_limit
+
+
+def test_graphify_reads_the_settings_on_the_loading_thread_or_takes_them_baked_in():
+    with inductor_xpugraph.config.patch(warmup_runs=4):
+        read = graphify(lambda args: args, device="cpu:0")
+    baked = graphify(lambda args: args, device="cpu:0", recording={"warmup_runs": 2})
+    assert read.policy.settings.warmup_runs == 4
+    assert baked.policy.settings == RecordingSettings(warmup_runs=2)
 
 
 def test_more_rerecords_than_the_limit_within_the_window_stop_recording(policy):
@@ -277,3 +417,27 @@ def test_a_new_module_passed_in_at_every_call_stops_recording_within_the_limit(d
     stats = inductor_xpugraph.stats()
     assert stats["records"] <= 1 + limit
     assert stats["fallbacks"] == 1 or stats["replays"] > 0
+
+
+def test_settings_set_on_the_compiling_thread_hold_for_a_backward_on_another_thread(device):
+    """Settings set in code are per thread (torch >= 2.13): a backward run by another thread
+    (autograd's device thread on a GPU, here a Python thread) reads defaults. The graphs keep
+    what was set where they were compiled: three warmups here, where the default is one."""
+    import threading
+
+    model = torch.nn.Linear(8, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 8, device=device)
+    with inductor_xpugraph.config.patch(warmup_runs=3):
+        compiled(x).sum().backward()  # compiles the forward and the backward: a warmup each
+    records = []
+
+    def train_steps():
+        for _ in range(3):
+            compiled(x).sum().backward()
+            records.append(inductor_xpugraph.stats()["records"])
+
+    worker = threading.Thread(target=train_steps)
+    worker.start()
+    worker.join()
+    assert records == [0, 0, 2]  # two more warmups, then the forward and backward record

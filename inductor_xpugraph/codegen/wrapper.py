@@ -23,6 +23,7 @@ from torch._inductor.virtualized import V
 
 from .. import config
 from ..trees.backends.unrecordable_ops import ops_not_to_capture
+from ..trees.recording_policy import RecordingSettings
 from . import not_captured_ops
 from .eligibility import partitioned_device, plan_graphs
 from .render import render
@@ -91,7 +92,8 @@ class GraphTreeWrapperCodegen(PythonWrapperCodegen):
             device_type=device_type,
             phase=plan.phase.value,  # generated code names it as a string
             emulated=getattr(V.graph.device_ops, "emulated_graphs", False),
-            warmup_runs=config.warmup_runs,
+            # Read here, on the compiling thread, and baked into each graphify(...) call.
+            recording=RecordingSettings.current(),
             module_label=_module_label(),
         )
         if plan.skip_reason is not None:

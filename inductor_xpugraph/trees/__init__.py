@@ -26,6 +26,7 @@ from .debug_checks import CheckedGraphedCallable
 from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
 from .lifetime import PartitionlessRunner
 from .node import Phase
+from .recording_policy import RecordingSettings
 from .source_lines import source_at_load
 from .tree import all_trees, thread_trees
 
@@ -41,7 +42,10 @@ def graphify(
     source: str | None = None,
     input_names: Mapping[int, str] | None = None,
     aligned_inputs: Sequence[int] = (),
+    recording: Mapping[str, Any] | None = None,
 ) -> GraphedCallable:
+    """``recording``: the settings of the recording policy as generated code bakes them in
+    (``RecordingSettings`` fields); without it, they are read now, on this thread."""
     try:
         phase = Phase(phase)
     except ValueError:
@@ -58,6 +62,7 @@ def graphify(
         source=source_at_load(source),
         input_names=input_names,
         aligned_inputs=aligned_inputs,
+        recording=RecordingSettings.of(recording),
     )
 
 

@@ -11,7 +11,7 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    while the device runs, retire what the generation before handed out (at a generation's
    first call, when that is host work only: ``GraphTree.start_generation``) and build the
    outputs;
-3. **warmup**: the first ``config.warmup_runs`` calls for given sizes run the plain callable
+3. **warmup**: the first ``warmup_runs`` calls for given sizes run the plain callable
    (Triton autotuning, lazy kernel loading, library handles: never inside a capture);
 4. **record**: otherwise capture a new child node, replay it once to compute the result.
    When a non-copied input moved, the callable is recorded again as a *variant*, beside the
@@ -49,7 +49,7 @@ from . import messages, stats
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
 from .recording import InputBuffers, Recording, StaticInput, input_identity
-from .recording_policy import RecordingPolicy
+from .recording_policy import RecordingPolicy, RecordingSettings
 from .tree import GraphTree, thread_trees, tree_for
 
 log = logging.getLogger("inductor_xpugraph")
@@ -81,6 +81,7 @@ class GraphedCallable:
         source: str | None = None,
         input_names: Mapping[int, str] | None = None,
         aligned_inputs: Sequence[int] = (),
+        recording: RecordingSettings | None = None,
     ) -> None:
         self.fn = fn
         self.device = device
@@ -105,6 +106,9 @@ class GraphedCallable:
         # through the same forward (``retain_graph=True``, two losses, a gradient penalty);
         # called in a new torch.compile invocation, it is its forward's iteration still.
         self._may_restart_generation = phase is not Phase.BACKWARD
+        # What the recording policy obeys, read on the thread that loads this callable (or
+        # baked into the generated code): never read again per call (``recording_policy``).
+        self.recording_settings = recording or RecordingSettings.current()
         self.reset()
         weakref.finalize(self, forget_callable, self.id)
         _all_callables.add(self)
@@ -120,7 +124,7 @@ class GraphedCallable:
     def reset(self) -> None:
         """Forget this callable's warmups, re-records and fallback (its nodes live in the
         tree): it warms up and records again, as if new."""
-        self.policy = RecordingPolicy(self.name, self.source)
+        self.policy = RecordingPolicy(self.name, self.source, self.recording_settings)
         # Positions of int (size) inputs; None until the first call.
         self._size_inputs: tuple[int, ...] | None = None
         # Positions where the call that starts a generation may be passed an output of the
@@ -288,10 +292,10 @@ class GraphedCallable:
         if self.policy.note_rerecord(tree.generations_started):
             span = self.policy.rerecord_span()
             if dropped:
-                reason = messages.fallback_for_evicted_rerecords(span)
+                reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
             else:
                 reason = messages.fallback_for_moving_inputs(
-                    self.describe_inputs(moved + replaced), span
+                    self.describe_inputs(moved + replaced), span, *self.policy.limits
                 )
             return self._fall_back(reason, args)
         if len(variants) >= config.static_input_variants:
@@ -357,7 +361,8 @@ class GraphedCallable:
             and not counted
             and self.policy.note_rerecord(tree.generations_started)
         ):
-            reason = messages.fallback_for_evicted_rerecords(self.policy.rerecord_span())
+            span = self.policy.rerecord_span()
+            reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
             return self._fall_back(reason, args)
 
         if tree.pending_backward and not self._may_record_below_itself(tree):

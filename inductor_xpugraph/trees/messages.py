@@ -31,26 +31,25 @@ def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
     return "; ".join(parts)
 
 
-def fallback_for_moving_inputs(moved: str, generations: int) -> str:
+def fallback_for_moving_inputs(moved: str, generations: int, limit: int, window: int) -> str:
     return (
-        f"recorded again {config.rerecord_limit} times within {generations} generations and "
+        f"recorded again {limit} times within {generations} generations and "
         f"would once more, now because {moved} moved to addresses never seen before (its static "
         f"inputs: parameters, buffers, graph-produced or static-address inputs); running it "
         f"un-graphed from now on (limits: inductor_xpugraph.config.rerecord_limit="
-        f"{config.rerecord_limit} re-records within rerecord_window={config.rerecord_window} "
-        f"generations)"
+        f"{limit} re-records within rerecord_window={window} generations)"
     )
 
 
-def fallback_for_evicted_rerecords(generations: int) -> str:
+def fallback_for_evicted_rerecords(generations: int, limit: int, window: int) -> str:
     return (
-        f"recorded again {config.rerecord_limit} times within {generations} generations and "
+        f"recorded again {limit} times within {generations} generations and "
         f"would once more, now what it had recorded before and dropped to keep at most "
         f"{config.static_input_variants} variants (its static inputs, or those of a graph "
         f"before it, cycle through more address sets than are kept); running it un-graphed "
         f"from now on (limits: inductor_xpugraph.config.static_input_variants="
-        f"{config.static_input_variants}, rerecord_limit={config.rerecord_limit} re-records "
-        f"within rerecord_window={config.rerecord_window} generations)"
+        f"{config.static_input_variants}, rerecord_limit={limit} re-records "
+        f"within rerecord_window={window} generations)"
     )
 
 
@@ -150,10 +149,25 @@ def graphs_invalidated(device: str, reason: str) -> str:
     )
 
 
-def too_many_sizes_skipped() -> str:
+def too_many_sizes_skipped(limit: int) -> str:
     return (
-        f"more than {config.dynamic_shape_warn_limit} distinct sizes and "
+        f"more than {limit} distinct sizes and "
         f"config.skip_dynamic_graphs=True; new sizes run un-graphed"
+    )
+
+
+def dynamic_shape_rerecord_limit(limit: int) -> str:
+    """Upstream's words (torch 2.15 ``cudagraph_trees.deferred_cudagraphify``)."""
+    return (
+        f"graph hit cudagraph_dynamic_shape_rerecord_limit={limit}; already-recorded shapes "
+        f"still replay, new shapes run eager"
+    )
+
+
+def not_a_capture_size(capture_sizes: tuple) -> str:
+    return (
+        f"sizes not in torch._inductor.config.triton.cudagraph_capture_sizes={capture_sizes} "
+        f"run un-graphed"
     )
 
 

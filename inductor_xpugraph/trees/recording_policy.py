@@ -3,10 +3,21 @@
 A ``GraphedCallable`` replays on its fast path without asking anything. Every other call
 asks its ``RecordingPolicy``, which holds all of the callable's counting:
 
-Sizes. Recordings are keyed by the callable's integer inputs (symbolic sizes). Each size is
-warmed up ``config.warmup_runs`` times before it is recorded (``warm_up``). A size never seen
-before is admitted (``admit_size``); past ``config.dynamic_shape_warn_limit`` sizes a warning
-is logged once, and with ``config.skip_dynamic_graphs`` further new sizes run un-graphed.
+Settings. What the policy obeys is read once, on the thread that compiles, into a
+``RecordingSettings`` that the generated ``graphify(...)`` call carries (``recording={...}``):
+settings set in code are per thread on torch >= 2.13, and a backward or a serving thread would
+read defaults. Upstream's settings keep upstream's meaning (``RecordingSettings.current``).
+
+Sizes. Recordings are keyed by the callable's integer inputs (symbolic sizes). With upstream's
+``triton.cudagraph_capture_sizes`` only the sizes listed are graphed, others run un-graphed
+(upstream's key: no int input is None, one is that int, several a tuple). Each size is warmed
+up ``warmup_runs`` times before it is recorded (``warm_up``: none with upstream's
+``triton.skip_cudagraph_warmup``, every call and never recorded with
+``triton.force_cudagraphs_warmup``). A size never seen before is admitted (``admit_size``) up
+to ``size_limit`` sizes (upstream's ``triton.cudagraph_dynamic_shape_rerecord_limit``, else
+``config.dynamic_shape_warn_limit`` with ``config.skip_dynamic_graphs``): past it new sizes run
+un-graphed and the sizes seen keep replaying. Past ``warn_limit`` sizes a warning is logged
+once.
 
 Re-records. A recording of the callable at a place in the tree where it is already recorded
 for these sizes is a *re-record*:
@@ -17,7 +28,7 @@ for these sizes is a *re-record*:
   variant go with it).
 Each costs a capture and pool memory, and pays off only if it replays. The thrash guard keeps
 one clock of re-records per callable, whatever their kind (``note_rerecord``): more than
-``config.rerecord_limit`` within ``config.rerecord_window`` generations, and the callable
+``rerecord_limit`` within ``rerecord_window`` generations, and the callable
 runs un-graphed for good. So a callable whose inputs move at nearly every call, or cycle
 through more address sets than are kept, or mix both, stops within ``rerecord_limit``
 re-records, while one whose inputs are re-created once per request (a KV cache per
@@ -33,19 +44,97 @@ it is given; ``tests/test_recording_policy.py`` pins it down.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Mapping
+from typing import Any
+
+import torch
 
 from .. import config
 from . import messages, stats
 
 log = logging.getLogger("inductor_xpugraph")
 
+UPSTREAM = "torch._inductor.config.triton."
+
+
+def _upstream(name: str, default: Any) -> tuple[Any, bool]:
+    """Upstream's ``triton.<name>`` and whether the user set it; (default, False) on a torch
+    without it."""
+    triton = torch._inductor.config.triton
+    if not hasattr(triton, name):
+        return default, False
+    return getattr(triton, name), not torch._inductor.config._is_default(f"triton.{name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordingSettings:
+    """What a policy obeys, resolved once (``current``) and baked into ``graphify(...)``."""
+
+    warmup_runs: int = 1  # eager calls per size before it is recorded
+    always_warm_up: bool = False  # every call is a warmup: never recorded
+    capture_sizes: tuple | None = None  # only these sizes (upstream's keys) are graphed
+    size_limit: int | None = None  # sizes graphed at most; later new sizes run un-graphed
+    size_limit_upstream: bool = False  # the limit is upstream's (its wording in the message)
+    warn_limit: int | None = 8  # past this many sizes, warn once (None: never)
+    rerecord_limit: int = 8  # the thrash guard: re-records ...
+    rerecord_window: int = 64  # ... within this many generations
+
+    @classmethod
+    def current(cls) -> RecordingSettings:
+        """The settings as this thread sees them: ours, and upstream's where torch has them
+        (``capture_sizes``, ``skip_cudagraph_warmup``, ``force_cudagraphs_warmup`` from 2.11;
+        ``cudagraph_dynamic_shape_rerecord_limit`` from 2.15). Upstream's re-record limit
+        and warn limit replace ours where the user set them (None or 0: no limit, no
+        warning)."""
+        sizes, _ = _upstream("cudagraph_capture_sizes", None)
+        skip_warmup, _ = _upstream("skip_cudagraph_warmup", False)
+        force_warmup, _ = _upstream("force_cudagraphs_warmup", False)
+        limit, limit_set = _upstream("cudagraph_dynamic_shape_rerecord_limit", None)
+        warn, warn_set = _upstream("cudagraph_dynamic_shape_warn_limit", None)
+        if not limit_set:
+            limit = config.dynamic_shape_warn_limit if config.skip_dynamic_graphs else None
+        return cls(
+            warmup_runs=0 if skip_warmup else config.warmup_runs,
+            always_warm_up=bool(force_warmup),
+            capture_sizes=None if sizes is None else tuple(sizes),
+            size_limit=limit,
+            size_limit_upstream=limit_set,
+            warn_limit=(warn or None) if warn_set else config.dynamic_shape_warn_limit,
+            rerecord_limit=config.rerecord_limit,
+            rerecord_window=config.rerecord_window,
+        )
+
+    @classmethod
+    def of(cls, recording: RecordingSettings | Mapping[str, Any] | None) -> RecordingSettings:
+        """``graphify``'s ``recording``: as generated code gives it (a dict), or read now."""
+        if recording is None:
+            return cls.current()
+        if isinstance(recording, Mapping):
+            return cls(**recording)
+        return recording
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def upstream_key(key: tuple[int, ...]) -> int | tuple[int, ...] | None:
+    """Our size key as upstream's ``cudagraph_capture_sizes`` matches it: no int input is
+    None (never in the list), one is that int, several the tuple."""
+    if not key:
+        return None
+    return key[0] if len(key) == 1 else key
+
 
 class RecordingPolicy:
     """The counting behind one callable's slow path (see the module docstring)."""
 
-    def __init__(self, name: str, source: str | None) -> None:
+    def __init__(
+        self, name: str, source: str | None, settings: RecordingSettings | None = None
+    ) -> None:
         self.name, self.source = name, source
+        self.settings = settings if settings is not None else RecordingSettings.current()
         # Eager runs so far per size (the callable's int inputs), for the sizes seen.
         self.warmups_done: dict[tuple[int, ...], int] = {}
         # Address sets of the static inputs of every recording made (``input_identity``).
@@ -63,21 +152,30 @@ class RecordingPolicy:
 
     def admit_size(self, key: tuple[int, ...]) -> bool:
         """Whether a call with sizes ``key`` may be graphed (a size seen before always is)."""
-        if not key or key in self.warmups_done:
-            return True
-        if self.sizes_seen < config.dynamic_shape_warn_limit:
-            return True
-        if config.skip_dynamic_graphs:
-            stats.record_skip(messages.too_many_sizes_skipped(), self.name, self.source)
+        settings = self.settings
+        if settings.capture_sizes is not None and upstream_key(key) not in settings.capture_sizes:
+            # Upstream is silent here: counted, logged at debug level only.
+            reason = messages.not_a_capture_size(settings.capture_sizes)
+            stats.record_skip(reason, self.name, self.source, level=logging.DEBUG)
             return False
-        if self.sizes_seen == config.dynamic_shape_warn_limit:
-            log.warning(messages.MANY_SIZES, self.name, self.sizes_seen)
+        if key in self.warmups_done:
+            return True
+        seen = self.sizes_seen
+        if settings.size_limit is not None and seen >= settings.size_limit:
+            if settings.size_limit_upstream:
+                reason = messages.dynamic_shape_rerecord_limit(settings.size_limit)
+            else:
+                reason = messages.too_many_sizes_skipped(settings.size_limit)
+            stats.record_skip(reason, self.name, self.source)
+            return False
+        if settings.warn_limit is not None and seen == settings.warn_limit:
+            log.warning(messages.MANY_SIZES, self.name, seen)
         return True
 
     def warm_up(self, key: tuple[int, ...]) -> bool:
         """Whether this call for sizes ``key`` is a warmup (counted) rather than a record."""
-        done = self.warmups_done.get(key, 0)
-        if done >= config.warmup_runs:
+        done = self.warmups_done.setdefault(key, 0)
+        if done >= self.settings.warmup_runs and not self.settings.always_warm_up:
             return False
         self.warmups_done[key] = done + 1
         return True
@@ -95,11 +193,17 @@ class RecordingPolicy:
         must stop recording; this one is then not counted in ``rerecords``)."""
         recent = self.recent_rerecords
         recent.append(generation)
-        del recent[: -(config.rerecord_limit + 1)]
-        if len(recent) > config.rerecord_limit and recent[-1] - recent[0] < config.rerecord_window:
+        limit, window = self.settings.rerecord_limit, self.settings.rerecord_window
+        del recent[: -(limit + 1)]
+        if len(recent) > limit and recent[-1] - recent[0] < window:
             return True
         self.rerecords += 1
         return False
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """The thrash guard's ``rerecord_limit`` and ``rerecord_window``, for messages."""
+        return self.settings.rerecord_limit, self.settings.rerecord_window
 
     def rerecord_span(self) -> int:
         """Generations from the oldest counted re-record to the latest, both included."""

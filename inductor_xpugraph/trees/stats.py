@@ -76,21 +76,28 @@ events: dict[tuple[EventKind, str | None, str], Event] = {}
 
 
 def record_event(
-    kind: EventKind, reason: str, graph: str | None = None, source: str | None = None
+    kind: EventKind,
+    reason: str,
+    graph: str | None = None,
+    source: str | None = None,
+    level: int | None = None,
 ) -> Event:
-    """Count an event; log it the first time this graph has it for this reason."""
+    """Count an event; log it the first time this graph has it for this reason (at ``level``,
+    by default its kind's)."""
     key = (kind, graph, reason)
     event = events.get(key)
     if event is None:
         event = events[key] = Event(kind, graph, reason, source)
-        log.log(_LOG_LEVELS[kind], "inductor_xpugraph: %s", event.line())
+        log.log(level or _LOG_LEVELS[kind], "inductor_xpugraph: %s", event.line())
     event.count += 1
     return event
 
 
-def record_skip(reason: str, graph: str | None = None, source: str | None = None) -> None:
+def record_skip(
+    reason: str, graph: str | None = None, source: str | None = None, level: int | None = None
+) -> None:
     """Count a graph that runs un-graphed; log each distinct reason once per process."""
-    record_event(EventKind.SKIP, reason, graph, source)
+    record_event(EventKind.SKIP, reason, graph, source, level)
 
 
 def skip_reasons() -> dict[str, int]:

@@ -20,6 +20,10 @@ from ._settings import from_environment as _from_environment
 
 # Eager runs of a callable before it is captured. The first call autotunes and lazily
 # initialises kernels and library handles; none of that may happen inside a capture.
+# This, the thrash guard's and the size settings below are read when a graph is compiled, on
+# the compiling thread, and baked into its graphify(...) call (trees.recording_policy, which
+# also reads upstream's triton.skip_cudagraph_warmup, force_cudagraphs_warmup,
+# cudagraph_capture_sizes and cudagraph_dynamic_shape_rerecord_limit / _warn_limit).
 warmup_runs: int = _from_environment("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", 1)
 
 # Thrash guard: a callable that would record again more than ``rerecord_limit`` times within

@@ -171,8 +171,8 @@ def test_upstreams_size_limit_replaces_ours_where_set():
         with upstream(cudagraph_dynamic_shape_rerecord_limit=2):
             current = RecordingSettings.current()
             assert (current.size_limit, current.size_limit_upstream) == (2, True)
-        with upstream(cudagraph_dynamic_shape_rerecord_limit=None):  # set: no limit
-            assert RecordingSettings.current().size_limit is None
+        with upstream(cudagraph_dynamic_shape_rerecord_limit=None):  # upstream's default
+            assert RecordingSettings.current().size_limit == 4  # ours
 
 
 @needs_upstream("cudagraph_dynamic_shape_warn_limit")

@@ -60,12 +60,17 @@ UPSTREAM = "torch._inductor.config.triton."
 
 
 def _upstream(name: str, default: Any) -> tuple[Any, bool]:
-    """Upstream's ``triton.<name>`` and whether the user set it; (default, False) on a torch
-    without it."""
-    triton = torch._inductor.config.triton
-    if not hasattr(triton, name):
+    """Upstream's ``triton.<name>`` and whether the user set it to something other than its
+    default; (default, False) on a torch without it. (``_is_default`` alone stays False
+    after a ``config.patch`` of it has ended, on torch 2.13 and 2.15.)"""
+    inductor_config = torch._inductor.config
+    if not hasattr(inductor_config.triton, name):
         return default, False
-    return getattr(triton, name), not torch._inductor.config._is_default(f"triton.{name}")
+    value = getattr(inductor_config.triton, name)
+    entry = getattr(inductor_config, "_config", {}).get(f"triton.{name}")
+    if entry is not None and value == entry.default:
+        return value, False
+    return value, not inductor_config._is_default(f"triton.{name}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,9 +4,9 @@ PyTorch's dashboard does for Inductor.
 
 Run on the GPU machine from the repository root; the full cuda run in two shards:
 
-    PYTHONPATH=. python3 benchmarks/zoo.py --shard 1/2 --out zoo1.json
-    PYTHONPATH=. python3 benchmarks/zoo.py --shard 2/2 --out zoo2.json
-    PYTHONPATH=. python3 benchmarks/zoo.py --summarize zoo1.json zoo2.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --shard 1/2 --deadline 480 --out zoo1.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --shard 2/2 --deadline 480 --out zoo2.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --summarize zoo1.json zoo2.json --markdown zoo.md
 
 Implementations: ``eager``; ``inductor`` (``torch.compile``, default mode); ``upstream``
 (``mode="reduce-overhead"``, Inductor's CUDA Graph Trees: cuda only); ``ours`` (the same mode
@@ -18,7 +18,8 @@ Each (model, mode, implementation) runs in a fresh process (``zoo_measure.py`` s
 measures) with an empty Inductor and Triton cache of its own. ``--jobs`` processes run at once,
 so that compiles overlap; a process holds a lock on a file while it times, so that no two
 processes time at once (the others may still be compiling beside it). A process that runs past
-``--timeout`` is killed and its row says so.
+``--timeout`` is killed and its row says so; past ``--deadline`` no process starts (its row
+says "not run"), and those running are killed 30 s after it.
 
 Summary per (mode, implementation), over the models that ran: correct rows; rows whose graphs
 replay; geometric-mean speedup over eager, pipelined and synchronized; against upstream, on the
@@ -151,7 +152,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
     rows: list[dict] = []
     written = threading.Lock()
     started = time.perf_counter()
-    deadline = started + args.deadline if args.deadline else None
+    deadline = None if args.deadline is None else started + args.deadline
     fd, lock = tempfile.mkstemp(prefix="zoo_timing_", suffix=".lock")
     os.close(fd)
 
@@ -164,7 +165,10 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
                 row["reason"] = f"--deadline {args.deadline:.0f} s passed before it started"
                 return record(row)
             timeout = min(timeout, left + 30)
-        return record(run_child(job, args, lock, timeout))
+        row = run_child(job, args, lock, timeout)
+        if row["status"] == "timeout" and timeout < args.timeout:
+            row["reason"] += f" (--deadline {args.deadline:.0f} s)"
+        return record(row)
 
     def record(row):
         with written:

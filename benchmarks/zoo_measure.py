@@ -8,9 +8,9 @@ In order:
 2. peak memory statistics reset; the implementation built on the model;
 3. **correctness**: the same ``--calls`` calls with the same inputs. As PyTorch's dashboard
    judges accuracy, a tensor's error is its relative RMS difference from the float64 result,
-   and it passes within ``MULTIPLIER`` × eager's own error plus the dtype's tolerance (a stale
-   or wrong graph output is off by about 1). The first three calls (warmup, record, first
-   replay), each synchronized, are the compile time;
+   and it passes within ``MULTIPLIER`` × eager's own error plus the tolerance of the dtype and
+   mode (a stale or wrong graph output is off by about 1). The first three calls (warmup,
+   record, first replay), each synchronized, are the compile time;
 4. **timing**, holding the parent's lock so that no other process times at the same moment:
    ``--timed-calls`` calls with the first call's inputs, back to back with one synchronize
    (pipelined), then synchronized after each call; the median of ``--repeats``;
@@ -44,13 +44,16 @@ import zoo_models  # noqa: E402
 from real_clients import Variant  # noqa: E402  (how every suite selects an implementation)
 
 # Relative RMS error allowed beyond MULTIPLIER × eager's own. Training is looser, as on the
-# dashboard: Inductor's batch-norm backward on the CPU is 7.5e-3 off float64 in ResNet-18's
-# last block where eager is 8e-6 off (the same with and without graphs).
+# dashboard: on the CPU, Inductor's batch-norm backward is 7.5e-3 off float64 in ResNet-18's
+# last block where eager is 8e-6 off (with and without graphs alike), and MobileNetV3's first
+# batch-norm bias gradient 4e-2 off where eager is 1e-2 off. A wrong or stale graph output is
+# off by about 1.
 TOLERANCE = {
-    "fp32": {"inference": 1e-3, "training": 1e-2},
-    "bf16": {"inference": 1e-2, "training": 4e-2},
+    "fp32": {"inference": 1e-3, "training": 2e-2},
+    "bf16": {"inference": 1e-2, "training": 5e-2},
 }
 MULTIPLIER = 3.0
+FLOOR = 1e-2  # of the median tensor's RMS: the smallest scale a tensor's error is taken against
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPILE_CALLS = 3  # warmup, record, first replay
 OUR_COUNTERS = ("warmups", "records", "replays", "rerecords", "fallbacks", "skips")
@@ -125,8 +128,9 @@ def _rms(t: torch.Tensor) -> float:
 
 
 def _relative_rms(a: torch.Tensor, b: torch.Tensor, floor: float) -> float:
-    """RMS of a - b over the RMS of b, or ``floor`` where that is larger (a gradient that is
-    zero in exact arithmetic is rounding noise in every dtype); float64, where b is finite."""
+    """RMS of a - b over the RMS of b, or ``floor`` where that is larger (a gradient far
+    smaller than the others, such as one that is zero in exact arithmetic, is mostly rounding
+    noise); float64, where b is finite."""
     a, b = a.double(), b.double()
     finite = torch.isfinite(b)
     if not bool(finite.all()):
@@ -145,9 +149,10 @@ def compare(
     """One call's result against eager's and the float64 reference's (``precise``; eager's own
     where there is none), tensor by tensor.
 
-    A tensor's error is its relative RMS difference from the float64 reference (relative to
-    1e-3 × the median tensor's RMS at least); it passes within ``MULTIPLIER`` × eager's own
-    error plus ``tol``, as PyTorch's dashboard judges accuracy. Returns the worst tensor: its
+    A tensor's error is its RMS difference from the float64 reference, relative to its own
+    RMS or to ``FLOOR`` × the median tensor's, whichever is larger; it passes within
+    ``MULTIPLIER`` × eager's own error plus ``tol``, as PyTorch's dashboard judges accuracy
+    (there with absolute RMS errors). Returns the worst tensor: its
     index, error, eager's error and its ``score`` (error / allowance: above 1 fails), and the
     largest absolute difference from eager.
     """
@@ -155,7 +160,7 @@ def compare(
         raise AssertionError(f"{len(got)} tensors against eager's {len(eager)}")
     worst = {"score": 0.0, "error": 0.0, "eager_error": 0.0, "at": 0, "abs_vs_eager": 0.0}
     scales = [_rms(p) for p in precise if p.numel()]
-    floor = 1e-3 * statistics.median(scales) if scales else 0.0
+    floor = FLOOR * statistics.median(scales) if scales else 0.0
     for i, (a, e, p) in enumerate(zip(got, eager, precise)):
         if a.shape != e.shape:
             raise AssertionError(f"shape {tuple(a.shape)} against eager's {tuple(e.shape)}")

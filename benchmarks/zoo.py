@@ -145,11 +145,24 @@ def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dic
     return row
 
 
+def finished_rows(path: str | None) -> dict[tuple, dict]:
+    """``--resume``: the rows of an earlier run that need no rerun (all but those a
+    ``--deadline`` left out or cut short), by (model, mode, implementation)."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    cut = [r for r in rows if r["status"] == "not run" or "--deadline" in r.get("reason", "")]
+    return {(r["model"], r["mode"], r["impl"]): r for r in rows if r not in cut}
+
+
 def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> list[dict]:
     # Training first (the longer compiles), the implementations of a model side by side.
     modes = sorted(args.modes, key=lambda mode: mode != "training")
-    jobs = [(m, mode, impl) for mode in modes for m in models for impl in impls]
-    rows: list[dict] = []
+    every = [(m, mode, impl) for mode in modes for m in models for impl in impls]
+    done = finished_rows(args.resume)
+    jobs = [job for job in every if job not in done]
+    rows: list[dict] = [done[job] for job in every if job in done]
     written = threading.Lock()
     started = time.perf_counter()
     deadline = None if args.deadline is None else started + args.deadline
@@ -173,10 +186,10 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
     def record(row):
         with written:
             rows.append(row)
-            done = f"[{len(rows)}/{len(jobs)}, {time.perf_counter() - started:.0f} s]"
+            count = f"[{len(rows)}/{len(every)}, {time.perf_counter() - started:.0f} s]"
             why = f" ({row['reason'][:100]})" if row.get("reason") else ""
             print(
-                f"{done} {row['model']} {row['mode']} {row['impl']}: {row['status']}{why}",
+                f"{count} {row['model']} {row['mode']} {row['impl']}: {row['status']}{why}",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             if args.out:  # after every row: a run cut short keeps what it measured
@@ -190,7 +203,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
     finally:
         os.unlink(lock)
     meta["wall_s"] = round(time.perf_counter() - started, 1)
-    order = {job: i for i, job in enumerate(jobs)}
+    order = {job: i for i, job in enumerate(every)}
     return sorted(rows, key=lambda r: order[(r["model"], r["mode"], r["impl"])])
 
 
@@ -258,6 +271,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--shard", type=parse_shard, default=(1, 1), metavar="K/N")
     parser.add_argument("--out", default=None, help="JSON: meta, rows, summary")
+    parser.add_argument(
+        "--resume", default=None, metavar="JSON", help="keep its rows; run only the rest"
+    )
     parser.add_argument("--markdown", default=None, help="also write the tables here")
     parser.add_argument(
         "--summarize", nargs="+", metavar="JSON", help="merge runs, print the summary"

@@ -209,6 +209,21 @@ def test_rows_past_the_deadline_are_not_run_and_left_out_of_the_summary(tmp_path
     assert "mlp training eager: not run" in printed
 
 
+def test_resume_keeps_the_finished_rows_and_runs_the_rest(tmp_path):
+    out = tmp_path / "resumed.json"
+    kept = {"model": "mlp", "mode": "inference", "impl": "eager", "status": "pass"}
+    kept.update(pipelined_ms=1.0, synchronized_ms=1.0)
+    cut = {"model": "mlp", "mode": "training", "impl": "eager", "status": "not run"}
+    out.write_text(json.dumps({"meta": {}, "rows": [kept, cut]}))
+    run_zoo(
+        "--suite", "smoke", "--models", "^mlp$", "--impls", "eager", "--deadline", "0",
+        "--resume", str(out), "--out", str(out),
+    )  # fmt: skip
+    rows = {r["mode"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["inference"] == kept
+    assert rows["training"]["status"] == "not run" and "--deadline" in rows["training"]["reason"]
+
+
 def test_a_stale_result_fails_where_eager_rounding_passes():
     """Compared as the dashboard does: against float64, allowing for eager's own error."""
     import torch

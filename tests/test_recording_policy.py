@@ -52,9 +52,7 @@ def test_sizes_past_the_warn_limit_are_refused_when_skipping_dynamic_graphs(poli
 
 
 def test_more_rerecords_than_the_limit_within_the_window_stop_recording(policy):
-    assert [policy.note_rerecord(generation) for generation in range(4)] == [
-        False, False, False, True,
-    ]
+    assert [policy.note_rerecord(generation) for generation in range(4)] == [False] * 3 + [True]
     assert policy.rerecords == 3
     assert policy.rerecord_span() == 4
 
@@ -234,7 +232,6 @@ def test_a_static_input_recreated_once_per_request_stays_graphed(device):
             torch._dynamo.mark_static_address(caches[-1])
             compiled(torch.randn(4, 32, device=device), caches[-1])
     assert inductor_xpugraph.stats()["fallbacks"] == 1
-
 
 
 def test_new_and_dropped_address_sets_in_turn_share_one_limit(device):

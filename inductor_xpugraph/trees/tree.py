@@ -61,9 +61,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import messages, stats
 from .backends import GraphBackend, backend_class

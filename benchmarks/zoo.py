@@ -4,9 +4,9 @@ PyTorch's dashboard does for Inductor.
 
 Run on the GPU machine from the repository root; the full cuda run in two shards:
 
-    PYTHONPATH=. python3 benchmarks/zoo.py --shard 1/2 --out zoo1.json
-    PYTHONPATH=. python3 benchmarks/zoo.py --shard 2/2 --out zoo2.json
-    PYTHONPATH=. python3 benchmarks/zoo.py --summarize zoo1.json zoo2.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --shard 1/2 --deadline 480 --out zoo1.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --shard 2/2 --deadline 480 --out zoo2.json
+    PYTHONPATH=. python3 benchmarks/zoo.py --summarize zoo1.json zoo2.json --markdown zoo.md
 
 Implementations: ``eager``; ``inductor`` (``torch.compile``, default mode); ``upstream``
 (``mode="reduce-overhead"``, Inductor's CUDA Graph Trees: cuda only); ``ours`` (the same mode
@@ -18,7 +18,8 @@ Each (model, mode, implementation) runs in a fresh process (``zoo_measure.py`` s
 measures) with an empty Inductor and Triton cache of its own. ``--jobs`` processes run at once,
 so that compiles overlap; a process holds a lock on a file while it times, so that no two
 processes time at once (the others may still be compiling beside it). A process that runs past
-``--timeout`` is killed and its row says so.
+``--timeout`` is killed and its row says so; past ``--deadline`` no process starts (its row
+says "not run"), and those running are killed 30 s after it.
 
 Summary per (mode, implementation), over the models that ran: correct rows; rows whose graphs
 replay; geometric-mean speedup over eager, pipelined and synchronized; against upstream, on the
@@ -144,14 +145,27 @@ def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dic
     return row
 
 
+def finished_rows(path: str | None) -> dict[tuple, dict]:
+    """``--resume``: the rows of an earlier run that need no rerun (all but those a
+    ``--deadline`` left out or cut short), by (model, mode, implementation)."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    cut = [r for r in rows if r["status"] == "not run" or "--deadline" in r.get("reason", "")]
+    return {(r["model"], r["mode"], r["impl"]): r for r in rows if r not in cut}
+
+
 def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> list[dict]:
     # Training first (the longer compiles), the implementations of a model side by side.
     modes = sorted(args.modes, key=lambda mode: mode != "training")
-    jobs = [(m, mode, impl) for mode in modes for m in models for impl in impls]
-    rows: list[dict] = []
+    every = [(m, mode, impl) for mode in modes for m in models for impl in impls]
+    done = finished_rows(args.resume)
+    jobs = [job for job in every if job not in done]
+    rows: list[dict] = [done[job] for job in every if job in done]
     written = threading.Lock()
     started = time.perf_counter()
-    deadline = started + args.deadline if args.deadline else None
+    deadline = None if args.deadline is None else started + args.deadline
     fd, lock = tempfile.mkstemp(prefix="zoo_timing_", suffix=".lock")
     os.close(fd)
 
@@ -164,15 +178,18 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
                 row["reason"] = f"--deadline {args.deadline:.0f} s passed before it started"
                 return record(row)
             timeout = min(timeout, left + 30)
-        return record(run_child(job, args, lock, timeout))
+        row = run_child(job, args, lock, timeout)
+        if row["status"] == "timeout" and timeout < args.timeout:
+            row["reason"] += f" (--deadline {args.deadline:.0f} s)"
+        return record(row)
 
     def record(row):
         with written:
             rows.append(row)
-            done = f"[{len(rows)}/{len(jobs)}, {time.perf_counter() - started:.0f} s]"
+            count = f"[{len(rows)}/{len(every)}, {time.perf_counter() - started:.0f} s]"
             why = f" ({row['reason'][:100]})" if row.get("reason") else ""
             print(
-                f"{done} {row['model']} {row['mode']} {row['impl']}: {row['status']}{why}",
+                f"{count} {row['model']} {row['mode']} {row['impl']}: {row['status']}{why}",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             if args.out:  # after every row: a run cut short keeps what it measured
@@ -186,7 +203,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
     finally:
         os.unlink(lock)
     meta["wall_s"] = round(time.perf_counter() - started, 1)
-    order = {job: i for i, job in enumerate(jobs)}
+    order = {job: i for i, job in enumerate(every)}
     return sorted(rows, key=lambda r: order[(r["model"], r["mode"], r["impl"])])
 
 
@@ -254,6 +271,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--shard", type=parse_shard, default=(1, 1), metavar="K/N")
     parser.add_argument("--out", default=None, help="JSON: meta, rows, summary")
+    parser.add_argument(
+        "--resume", default=None, metavar="JSON", help="keep its rows; run only the rest"
+    )
     parser.add_argument("--markdown", default=None, help="also write the tables here")
     parser.add_argument(
         "--summarize", nargs="+", metavar="JSON", help="merge runs, print the summary"

@@ -8,15 +8,16 @@ In order:
 2. peak memory statistics reset; the implementation built on the model;
 3. **correctness**: the same ``--calls`` calls with the same inputs. As PyTorch's dashboard
    judges accuracy, a tensor's error is its relative RMS difference from the float64 result,
-   and it passes within ``MULTIPLIER`` × eager's own error plus the dtype's tolerance (a stale
-   or wrong graph output is off by about 1). The first three calls (warmup, record, first
-   replay), each synchronized, are the compile time;
-4. **graphs replaying**: one more call under the profiler, counting graph launches
-   (``cudaGraphLaunch`` on cuda; on xpu, events with a graph launch's name). The CPU emulator
-   is not visible to the profiler: there the count is ``stats()["replays"]`` over the call;
-5. **timing**, holding the parent's lock so that no other process times at the same moment:
-   ``--timed-calls`` calls with one set of inputs, back to back with one synchronize
+   and it passes within ``MULTIPLIER`` × eager's own error plus the tolerance of the dtype and
+   mode (a stale or wrong graph output is off by about 1). The first three calls (warmup,
+   record, first replay), each synchronized, are the compile time;
+4. **timing**, holding the parent's lock so that no other process times at the same moment:
+   ``--timed-calls`` calls with the first call's inputs, back to back with one synchronize
    (pipelined), then synchronized after each call; the median of ``--repeats``;
+5. **graphs replaying**: one more call under the profiler (after the timing, which it could
+   slow down), counting graph launches (``cudaGraphLaunch`` on cuda; on xpu, events with a
+   graph launch's name). The CPU emulator is not visible to the profiler: there the count is
+   ``stats()["replays"]`` over the call;
 6. peak allocated and reserved memory over steps 2-5 (none on the CPU).
 
 A training call is forward, loss, backward, gradients set to None (no optimizer step).
@@ -43,13 +44,16 @@ import zoo_models  # noqa: E402
 from real_clients import Variant  # noqa: E402  (how every suite selects an implementation)
 
 # Relative RMS error allowed beyond MULTIPLIER × eager's own. Training is looser, as on the
-# dashboard: Inductor's batch-norm backward on the CPU is 7.5e-3 off float64 in ResNet-18's
-# last block where eager is 8e-6 off (the same with and without graphs).
+# dashboard. On the CPU, Inductor's batch-norm backward is 7.5e-3 off float64 in ResNet-18's
+# last block where eager is 8e-6 off (with and without graphs alike); compiled MobileNetV3's
+# first batch-norm bias gradient is 4e-2 off where eager is 1e-2 off. A wrong or stale graph
+# output is off by about 1.
 TOLERANCE = {
-    "fp32": {"inference": 1e-3, "training": 1e-2},
-    "bf16": {"inference": 1e-2, "training": 4e-2},
+    "fp32": {"inference": 1e-3, "training": 2e-2},
+    "bf16": {"inference": 1e-2, "training": 5e-2},
 }
 MULTIPLIER = 3.0
+FLOOR = 1e-2  # of the median tensor's RMS: the smallest scale a tensor's error is taken against
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPILE_CALLS = 3  # warmup, record, first replay
 OUR_COUNTERS = ("warmups", "records", "replays", "rerecords", "fallbacks", "skips")
@@ -117,8 +121,16 @@ class Runner:
             p.grad = None
 
 
-def _relative_rms(a: torch.Tensor, b: torch.Tensor) -> float:
-    """RMS of a - b over the RMS of b (0 where both are 0), in float64, where b is finite."""
+def _rms(t: torch.Tensor) -> float:
+    t = t.double()
+    t = t[torch.isfinite(t)]
+    return t.square().mean().sqrt().item() if t.numel() else 0.0
+
+
+def _relative_rms(a: torch.Tensor, b: torch.Tensor, floor: float) -> float:
+    """RMS of a - b over the RMS of b, or ``floor`` where that is larger (a gradient far
+    smaller than the others, such as one that is zero in exact arithmetic, is mostly rounding
+    noise); float64, where b is finite."""
     a, b = a.double(), b.double()
     finite = torch.isfinite(b)
     if not bool(finite.all()):
@@ -128,8 +140,7 @@ def _relative_rms(a: torch.Tensor, b: torch.Tensor) -> float:
     diff = (a - b).square().mean().sqrt().item()
     if diff != diff:
         return float("inf")
-    scale = b.square().mean().sqrt().item()
-    return 0.0 if diff == 0 else diff / max(scale, 1e-30)
+    return 0.0 if diff == 0 else diff / max(_rms(b), floor, 1e-30)
 
 
 def compare(
@@ -138,20 +149,24 @@ def compare(
     """One call's result against eager's and the float64 reference's (``precise``; eager's own
     where there is none), tensor by tensor.
 
-    A tensor's error is its relative RMS difference from the float64 reference; it passes
-    within ``MULTIPLIER`` × eager's own error plus ``tol``, as PyTorch's dashboard judges
-    accuracy. Returns the worst tensor: its index, error, eager's error and its ``score``
-    (error / allowance: above 1 fails), and the largest absolute difference from eager.
+    A tensor's error is its RMS difference from the float64 reference, relative to its own
+    RMS or to ``FLOOR`` × the median tensor's, whichever is larger; it passes within
+    ``MULTIPLIER`` × eager's own error plus ``tol``, as PyTorch's dashboard judges accuracy
+    (there with absolute RMS errors). Returns the worst tensor: its
+    index, error, eager's error and its ``score`` (error / allowance: above 1 fails), and the
+    largest absolute difference from eager.
     """
     if not len(got) == len(eager) == len(precise):
         raise AssertionError(f"{len(got)} tensors against eager's {len(eager)}")
     worst = {"score": 0.0, "error": 0.0, "eager_error": 0.0, "at": 0, "abs_vs_eager": 0.0}
+    scales = [_rms(p) for p in precise if p.numel()]
+    floor = FLOOR * statistics.median(scales) if scales else 0.0
     for i, (a, e, p) in enumerate(zip(got, eager, precise)):
         if a.shape != e.shape:
             raise AssertionError(f"shape {tuple(a.shape)} against eager's {tuple(e.shape)}")
         if a.numel() == 0:
             continue
-        error, eager_error = _relative_rms(a, p), _relative_rms(e, p)
+        error, eager_error = _relative_rms(a, p, floor), _relative_rms(e, p, floor)
         score = error / (MULTIPLIER * eager_error + tol)
         if score > worst["score"] or score != score:
             worst.update(score=score, error=error, eager_error=eager_error, at=i)
@@ -301,8 +316,8 @@ def _measure(args, row: dict[str, Any]) -> None:
             synchronize(device)
             first_calls.append(time.perf_counter() - start)
         result = compare(got, eager[i], precise[i], tol)
-        if not result["score"] <= worst["score"]:  # NaN included
-            worst = {**result, "call": i}
+        if worst["score"] == worst["score"] and not result["score"] <= worst["score"]:
+            worst = {**result, "call": i}  # the largest score; the first NaN stays
         row["max_abs_error_vs_eager"] = max(
             row.get("max_abs_error_vs_eager", 0.0), result["abs_vs_eager"]
         )
@@ -315,22 +330,22 @@ def _measure(args, row: dict[str, Any]) -> None:
     row["tolerance"], row["calls_checked"] = tol, args.calls
     del eager, precise
 
-    row["phase"] = "graph launches"
-    timed_inputs = inputs[0]
-    graphs = args.impl not in ("eager", "inductor")
-    if graphs or device != "cpu":
-        count, how, names = graph_launches(lambda: runner.step(compiled, timed_inputs), device)
-        row["graph_launches_per_call"], row["graph_launches_counted_by"] = count, how
-        row["graph_launch_events"] = names
-
     row["phase"] = "timing"
     with exclusive(args.lock) as waited:
         row["lock_wait_s"] = round(waited, 3)
-        step = lambda: runner.step(compiled, timed_inputs)  # noqa: E731
+        step = lambda: runner.step(compiled, inputs[0])  # noqa: E731
         step()
         for mode, synchronized in (("pipelined", False), ("synchronized", True)):
             ms = per_call_ms(step, args.timed_calls, args.repeats, synchronized, device)
             row[f"{mode}_ms"] = ms
+
+    row["phase"] = "graph launches"
+    graphs = args.impl not in ("eager", "inductor")
+    if graphs or device != "cpu":
+        count, how, names = graph_launches(lambda: runner.step(compiled, inputs[0]), device)
+        row["graph_launches_per_call"], row["graph_launches_counted_by"] = count, how
+        row["graph_launch_events"] = names
+
     if memory is not None:
         row["peak_allocated_mib"] = memory.max_memory_allocated() / 2**20
         row["peak_reserved_mib"] = memory.max_memory_reserved() / 2**20

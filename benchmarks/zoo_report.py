@@ -32,7 +32,7 @@ def summarize(rows: list[dict]) -> list[dict[str, Any]]:
     for mode in MODES:
         for impl in IMPLS:
             mine = [r for r in rows if (r["mode"], r["impl"]) == (mode, impl)]
-            mine = [r for r in mine if r["status"] != "skipped"]
+            mine = [r for r in mine if r["status"] not in ("skipped", "not run")]
             if not mine:
                 continue
             good = [r for r in mine if r["status"] == "pass"]
@@ -64,13 +64,10 @@ def summarize(rows: list[dict]) -> list[dict[str, Any]]:
                 entry[f"peak_{kind}_vs_upstream"] = geomean(
                     r[key] / u[key] for r, u in ups if r.get(key) and u.get(key)
                 )
-            above = [
-                r for r, u in ups if r.get("peak_allocated_mib") and u.get("peak_allocated_mib")
-            ]
+            key = "peak_allocated_mib"
             entry["peak_above_upstream_2mib"] = sum(
-                1 for r, u in ups
-                if r in above and r["peak_allocated_mib"] - u["peak_allocated_mib"] > ABOVE_MIB
-            )  # fmt: skip
+                1 for r, u in ups if r.get(key) and u.get(key) and r[key] - u[key] > ABOVE_MIB
+            )
             entries.append(entry)
     return entries
 

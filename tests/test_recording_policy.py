@@ -192,9 +192,7 @@ def test_graphify_reads_the_settings_on_the_loading_thread_or_takes_them_baked_i
 
 
 def test_more_rerecords_than_the_limit_within_the_window_stop_recording(policy):
-    assert [policy.note_rerecord(generation) for generation in range(4)] == [
-        False, False, False, True,
-    ]
+    assert [policy.note_rerecord(generation) for generation in range(4)] == [False] * 3 + [True]
     assert policy.rerecords == 3
     assert policy.rerecord_span() == 4
 
@@ -374,7 +372,6 @@ def test_a_static_input_recreated_once_per_request_stays_graphed(device):
             torch._dynamo.mark_static_address(caches[-1])
             compiled(torch.randn(4, 32, device=device), caches[-1])
     assert inductor_xpugraph.stats()["fallbacks"] == 1
-
 
 
 def test_new_and_dropped_address_sets_in_turn_share_one_limit(device):

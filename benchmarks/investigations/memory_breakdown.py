@@ -22,12 +22,20 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks.memory_at_peak import live_at_peak
+
 MODELS = ("mlp", "resnet18", "resnet50", "inception_v3", "swin_t", "gpt2", "bloom")
 IMPLS = ("ours", "ours_owned", "upstream")
 PAIRS = (
-    ("mlp", "inference"), ("resnet18", "inference"), ("inception_v3", "inference"),
-    ("bloom", "inference"), ("gpt2", "inference"), ("mlp", "training"),
-    ("resnet50", "training"), ("swin_t", "training"), ("gpt2", "training"),
+    ("mlp", "inference"),
+    ("resnet18", "inference"),
+    ("inception_v3", "inference"),
+    ("bloom", "inference"),
+    ("gpt2", "inference"),
+    ("mlp", "training"),
+    ("resnet50", "training"),
+    ("swin_t", "training"),
+    ("gpt2", "training"),
 )
 
 
@@ -100,18 +108,7 @@ def _peak_breakdown(snapshot: dict) -> dict:
             return segments[i][2]
         return "released"
 
-    live: dict[int, dict] = {}
-    total = peak = 0
-    peak_live: list[dict] = []
-    for trace in snapshot["device_traces"]:
-        for event in trace:
-            if event["action"] == "alloc":
-                live[event["addr"]] = event
-                total += event["size"]
-                if total > peak:
-                    peak, peak_live = total, list(live.values())
-            elif event["action"] == "free_completed" and event["addr"] in live:
-                total -= live.pop(event["addr"])["size"]
+    peak, peak_live = live_at_peak(snapshot)
     groups: collections.Counter[str] = collections.Counter()
     for event in peak_live:
         groups[f"{pool_of(event['addr'])} | {_site(event.get('frames', []))}"] += event["size"]
@@ -198,8 +195,20 @@ def run_one(name: str, mode: str, impl: str, calls: int) -> dict:
 def _child(name: str, mode: str, impl: str, calls: int, out_dir: str) -> dict:
     path = os.path.join(out_dir, f"{name}-{mode}-{impl}.json")
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="memory_breakdown_"))
-    command = [sys.executable, __file__, "--model", name, "--mode", mode, "--impl", impl,
-               "--calls", str(calls), "--json", path]
+    command = [
+        sys.executable,
+        __file__,
+        "--model",
+        name,
+        "--mode",
+        mode,
+        "--impl",
+        impl,
+        "--calls",
+        str(calls),
+        "--json",
+        path,
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         return {"model": name, "mode": mode, "impl": impl, "error": done.stderr[-2000:]}
@@ -241,11 +250,15 @@ def main() -> None:
             f"{c['allocated_mib']:.0f}/{c['reserved_mib']:.0f}/{c['peak_allocated_mib']:.0f}"
             for c in r["calls"]
         )
-        print(f"| {r['model']} | {r['mode']} | {r['impl']} | {r['peak_allocated_mib']:.1f} | "
-              f"{r['peak_reserved_mib']:.1f} | {per_call} |")
+        print(
+            f"| {r['model']} | {r['mode']} | {r['impl']} | {r['peak_allocated_mib']:.1f} | "
+            f"{r['peak_reserved_mib']:.1f} | {per_call} |"
+        )
     for r in results:
         if "error" not in r:
-            print(f"\n{r['model']} {r['mode']} {r['impl']}: reserved by pool {r['reserved_by_pool']}")
+            print(
+                f"\n{r['model']} {r['mode']} {r['impl']}: reserved by pool {r['reserved_by_pool']}"
+            )
             print(f"  live at peak: {r['at_peak']['live_at_peak_mib']}")
 
 

@@ -21,10 +21,11 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size. How many warmups, which sizes, how many re-records
-before the callable stops recording (the thrash guard): ``recording_policy``. A callable that mutates an input is captured only when that
-input is static or an output of an earlier graph (a replay would otherwise write to a copy).
-Calls made while the current stream is already being captured (by anyone) run the plain
-callable: a capture is never nested inside another.
+before the callable stops recording (the thrash guard): ``recording_policy``. A callable
+that mutates an input is captured only when that input is static or an output of an earlier
+graph (a replay would otherwise write to a copy). Calls made while the current stream is
+already being captured (by anyone) run the plain callable: a capture is never nested inside
+another.
 
 What keeps a callable's recordings alive, and what frees them: ``lifetime``.
 """

@@ -61,9 +61,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import messages, stats
 from .backends import GraphBackend, backend_class
@@ -367,7 +367,7 @@ class GraphTree:
         Returns whether it did."""
         if self.warmup_outputs.any_alive():
             return False
-        self.current = self.warmed_up_below
+        self.current, self.warmup_outputs = self.warmed_up_below, WarmupOutputs()
         return True
 
     def _log_captures(self) -> None:
@@ -467,6 +467,8 @@ class GraphTree:
         self.memory.forget(subtree)
         if self.current in subtree:
             self.current = parent
+        if self.warmed_up_below in subtree:
+            self.warmed_up_below = parent
         _unlink(subtree)
 
     def forget_callable(self, callable_id: int) -> None:
@@ -486,7 +488,8 @@ class GraphTree:
         if not self.forgotten_callables:
             return
         forgotten, self.forgotten_callables = set(self.forgotten_callables), []
-        on_path = set(self.current.path_from_root())
+        path_end = self.warmed_up_below if self.current is self.warming_up else self.current
+        on_path = set(path_end.path_from_root())
         for node in self.nodes():
             if node.callable_id not in forgotten:
                 continue

@@ -11,7 +11,11 @@ import torch
 
 import inductor_xpugraph
 from inductor_xpugraph.trees import graphify
-from inductor_xpugraph.trees.recording_policy import RecordingPolicy, RecordingSettings, upstream_key
+from inductor_xpugraph.trees.recording_policy import (
+    RecordingPolicy,
+    RecordingSettings,
+    upstream_key,
+)
 from inductor_xpugraph.trees.tree import all_trees
 
 # -- the policy on its own ------------------------------------------------------------------
@@ -87,7 +91,9 @@ def test_upstreams_size_limit_is_said_in_upstreams_words(fresh_stats):
     policy.warm_up((1,))
     assert not policy.admit_size((2,))
     (reason,) = inductor_xpugraph.stats()["skip_reasons"]
-    assert "cudagraph_dynamic_shape_rerecord_limit=1; already-recorded shapes still replay" in reason
+    assert (
+        "cudagraph_dynamic_shape_rerecord_limit=1; already-recorded shapes still replay" in reason
+    )
 
 
 def test_a_size_limit_of_zero_graphs_nothing_not_even_a_static_graph():

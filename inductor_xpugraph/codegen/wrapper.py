@@ -21,7 +21,6 @@ from torch._inductor.codegen.wrapper import MemoryPlanningLine, PythonWrapperCod
 from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
 
-from .. import config
 from ..trees.backends.unrecordable_ops import ops_not_to_capture
 from ..trees.recording_policy import RecordingSettings
 from . import not_captured_ops

@@ -160,7 +160,12 @@ def run_child(
     with tempfile.TemporaryDirectory(prefix="zoo_cache_") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
         env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
-        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, os.cpu_count() // args.jobs)))
+        # The CPU shared out between the processes: each one's OpenMP threads and compile
+        # workers. (With torch's default of one OpenMP thread per core in every process,
+        # building a model on the host took minutes, its threads spinning against the others'.)
+        share = str(max(1, os.cpu_count() // args.jobs))
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
+        env.setdefault("OMP_NUM_THREADS", share)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
         proc = groups.start(command, env)
         try:

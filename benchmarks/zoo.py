@@ -16,8 +16,8 @@ script runs, its timings mean nothing.
 
 Each (model, mode, implementation) runs in a fresh process (``zoo_measure.py`` says what it
 measures) with an empty Inductor and Triton cache of its own. ``--jobs`` processes run at once,
-so that compiles overlap; a process holds a lock on a file while it times, so that no two
-processes time at once (the others may still be compiling beside it). A process that runs past
+so that compiles overlap; a process times holding a lock on a file, with the other processes
+paused (``zoo_measure.exclusive``), so that its times are its own. A process that runs past
 ``--timeout`` is killed and its row says so; past ``--deadline`` no process starts (its row
 says "not run"), and those running are killed 30 s after it.
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -45,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
+import zoo_measure  # noqa: E402
 import zoo_models  # noqa: E402
 from zoo_report import IMPLS, MODES, markdown, summarize  # noqa: E402
 
@@ -108,7 +110,46 @@ def git_commit() -> str:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
-def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dict[str, Any]:
+class ProcessGroups:
+    """The process groups of the running rows, listed in ``<lock>.groups`` for the process
+    that times to pause (``zoo_measure.exclusive``). No process starts while one times, and
+    every process is continued when any ends: one that died timing continues none."""
+
+    def __init__(self, lock: str) -> None:
+        self.lock, self.path = lock, lock + ".groups"
+        self.groups: set[int] = set()
+        self.guard = threading.Lock()
+
+    def start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        with open(self.lock, "a") as handle, self.guard:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # not while a process times
+            try:
+                env = dict(env, **{zoo_measure.LAUNCHED_AT: repr(time.time())})
+                proc = subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    env=env, start_new_session=True,  # its compile workers share its group
+                )  # fmt: skip
+                self.groups.add(proc.pid)
+                self._write()
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return proc
+
+    def ended(self, proc: subprocess.Popen) -> None:
+        with self.guard:
+            self.groups.discard(proc.pid)
+            self._write()
+            zoo_measure.signal_groups(sorted(self.groups), signal.SIGCONT)
+
+    def _write(self) -> None:
+        with open(self.path + ".new", "w") as f:
+            f.write(" ".join(map(str, sorted(self.groups))))
+        os.replace(self.path + ".new", self.path)
+
+
+def run_child(
+    job: tuple[str, str, str], args, lock: str, groups: ProcessGroups, timeout: float
+) -> dict[str, Any]:
     """One row in a fresh process with an empty compile cache; killed past ``timeout``."""
     model, mode, impl = job
     command = [sys.executable, os.path.abspath(__file__), "--child", model, mode, impl]
@@ -119,12 +160,14 @@ def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dic
     with tempfile.TemporaryDirectory(prefix="zoo_cache_") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
         env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
-        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, os.cpu_count() // args.jobs)))
+        # The CPU shared out between the processes: each one's OpenMP threads and compile
+        # workers. (With torch's default of one OpenMP thread per core in every process,
+        # building a model on the host took minutes, its threads spinning against the others'.)
+        share = str(max(1, os.cpu_count() // args.jobs))
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
+        env.setdefault("OMP_NUM_THREADS", share)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            start_new_session=True,  # its compile workers share its process group
-        )  # fmt: skip
+        proc = groups.start(command, env)
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -140,6 +183,7 @@ def run_child(job: tuple[str, str, str], args, lock: str, timeout: float) -> dic
                 row = {"status": "fail", "reason": f"exit {proc.returncode}: {tail[:300]}"}
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # compile workers left behind, if any
+        groups.ended(proc)
     row = {"model": model, "mode": mode, "impl": impl, **row}
     row["wall_s"] = round(time.perf_counter() - start, 2)
     return row
@@ -168,6 +212,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
     deadline = None if args.deadline is None else started + args.deadline
     fd, lock = tempfile.mkstemp(prefix="zoo_timing_", suffix=".lock")
     os.close(fd)
+    groups = ProcessGroups(lock)
 
     def one(job):
         timeout = args.timeout
@@ -178,7 +223,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
                 row["reason"] = f"--deadline {args.deadline:.0f} s passed before it started"
                 return record(row)
             timeout = min(timeout, left + 30)
-        row = run_child(job, args, lock, timeout)
+        row = run_child(job, args, lock, groups, timeout)
         if row["status"] == "timeout" and timeout < args.timeout:
             row["reason"] += f" (--deadline {args.deadline:.0f} s)"
         return record(row)
@@ -201,7 +246,9 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             list(pool.map(one, jobs))
     finally:
-        os.unlink(lock)
+        for path in (lock, groups.path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     meta["wall_s"] = round(time.perf_counter() - started, 1)
     order = {job: i for i, job in enumerate(every)}
     return sorted(rows, key=lambda r: order[(r["model"], r["mode"], r["impl"])])

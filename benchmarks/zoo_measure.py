@@ -11,7 +11,7 @@ In order:
    and it passes within ``MULTIPLIER`` × eager's own error plus the tolerance of the dtype and
    mode (a stale or wrong graph output is off by about 1). The first three calls (warmup,
    record, first replay), each synchronized, are the compile time;
-4. **timing**, holding the parent's lock so that no other process times at the same moment:
+4. **timing**, holding the parent's lock, every other process of the run paused (``exclusive``):
    ``--timed-calls`` calls with the first call's inputs, back to back with one synchronize
    (pipelined), then synchronized after each call; the median of ``--repeats``;
 5. **graphs replaying**: one more call under the profiler (after the timing, which it could
@@ -30,6 +30,7 @@ import copy
 import fcntl
 import gc
 import os
+import signal
 import statistics
 import sys
 import time
@@ -56,6 +57,7 @@ MULTIPLIER = 3.0
 FLOOR = 1e-2  # of the median tensor's RMS: the smallest scale a tensor's error is taken against
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPILE_CALLS = 3  # warmup, record, first replay
+LAUNCHED_AT = "ZOO_LAUNCHED_AT"  # the parent's time.time() when it started this process
 OUR_COUNTERS = ("warmups", "records", "replays", "rerecords", "fallbacks", "skips")
 
 
@@ -215,17 +217,44 @@ def graph_launches(run_once, device: str) -> tuple[int | None, str, list[str]]:
 
 @contextlib.contextmanager
 def exclusive(lock_path: str | None):
-    """Hold the parent's timing lock (an flock on a file); yields the seconds waited for it."""
+    """Hold the parent's timing lock (an flock on a file) with every other process of the run
+    paused; yields the seconds waited for the lock.
+
+    A lock alone kept two processes from timing at once, but not the others' compiles from
+    taking the CPU and their calls the GPU while one timed: eager's launch-bound times came
+    out 4× slower than alone. So the holder stops the other processes' groups (the parent
+    lists them in ``<lock>.groups`` and starts no process while the lock is held) and
+    continues them after; the parent continues them too when any process ends."""
     if not lock_path:
         yield 0.0
         return
     start = time.perf_counter()
     with open(lock_path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        paused = pause_others(lock_path)
         try:
             yield time.perf_counter() - start
         finally:
+            signal_groups(paused, signal.SIGCONT)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def pause_others(lock_path: str) -> list[int]:
+    """Stop the process groups the parent lists, except this process's own; returns them."""
+    try:
+        with open(lock_path + ".groups") as f:
+            groups = [int(g) for g in f.read().split()]
+    except FileNotFoundError:
+        return []
+    others = [g for g in groups if g != os.getpgrp()]
+    signal_groups(others, signal.SIGSTOP)
+    return others
+
+
+def signal_groups(groups: list[int], signum: int) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signum)
 
 
 def per_call_ms(step, calls: int, repeats: int, synchronized: bool, device: str) -> float:
@@ -246,13 +275,26 @@ class Skipped(Exception):
     """The model's package cannot be imported here."""
 
 
+def enter_phase(row: dict[str, Any], phase: str) -> None:
+    """Close the row's current phase (its seconds go to ``phase_s``) and open ``phase``."""
+    now = time.perf_counter()
+    row["phase_s"][row["phase"]] = round(now - row.pop("_phase_started"), 2)
+    row["phase"], row["_phase_started"] = phase, now
+
+
 def measure(args) -> dict[str, Any]:
-    """The row of ``args.model`` in ``args.mode`` with ``args.impl``; a failure is a row too."""
+    """The row of ``args.model`` in ``args.mode`` with ``args.impl``; a failure is a row too.
+    ``phase_s``: the seconds of each phase, "start" from the parent's launch of the process
+    (interpreter and torch imports)."""
     row: dict[str, Any] = {
         "model": args.model, "suite": zoo_models.MODELS[args.model].suite, "mode": args.mode,
         "impl": args.impl, "device": args.device, "dtype": args.dtype, "batch": args.batch,
         "torch": torch.__version__, "status": "fail", "phase": "setup",
+        "_phase_started": time.perf_counter(), "phase_s": {},
     }  # fmt: skip
+    launched = os.environ.get(LAUNCHED_AT)
+    if launched:
+        row["phase_s"]["start"] = round(time.time() - float(launched), 2)
     try:
         row["device_name"] = device_name(args.device)
         _measure(args, row)
@@ -261,7 +303,8 @@ def measure(args) -> dict[str, Any]:
     except Exception as error:
         row["reason"] = f"{row['phase']}: {type(error).__name__}: {str(error).strip()[:300]}"
         row["traceback"] = traceback.format_exc()[-2000:]
-    row.pop("phase")
+    enter_phase(row, "done")
+    row.pop("phase"), row.pop("_phase_started")
     return row
 
 
@@ -275,7 +318,7 @@ def _measure(args, row: dict[str, Any]) -> None:
     device, training = args.device, args.mode == "training"
     variant = Variant(args.impl, device)
     variant.select()
-    row["phase"] = "build"
+    enter_phase(row, "build")
     torch.manual_seed(0)
     workload = spec.build(args.batch)
     model = zoo_models.quiet(workload.model).to(device, DTYPES[args.dtype]).train(training)
@@ -286,7 +329,7 @@ def _measure(args, row: dict[str, Any]) -> None:
         cast = DTYPES[args.dtype]
         return {k: v.to(cast) if v.is_floating_point() else v for k, v in made.items()}
 
-    row["phase"] = "eager reference"
+    enter_phase(row, "eager reference")
     inputs = [inputs_of(i) for i in range(args.calls)]
     eager = references(runner, model, inputs, None)
     try:  # the float64 reference, as the dashboard's accuracy check
@@ -301,13 +344,13 @@ def _measure(args, row: dict[str, Any]) -> None:
         memory.empty_cache()
         memory.reset_peak_memory_stats()
 
-    row["phase"] = "compile and first calls"
+    enter_phase(row, "compile and first calls")
     compiled = variant.compile(model)
     first_calls, tol = [], TOLERANCE[args.dtype][args.mode]
     worst: dict[str, Any] = {"score": 0.0}
     for i, x in enumerate(inputs):
         if i == COMPILE_CALLS:
-            row["phase"] = "correctness"
+            enter_phase(row, "correctness")
         synchronize(device)
         start = time.perf_counter()
         got = runner.call(compiled, x)
@@ -330,7 +373,7 @@ def _measure(args, row: dict[str, Any]) -> None:
     row["tolerance"], row["calls_checked"] = tol, args.calls
     del eager, precise
 
-    row["phase"] = "timing"
+    enter_phase(row, "timing")
     with exclusive(args.lock) as waited:
         row["lock_wait_s"] = round(waited, 3)
         step = lambda: runner.step(compiled, inputs[0])  # noqa: E731
@@ -339,7 +382,7 @@ def _measure(args, row: dict[str, Any]) -> None:
             ms = per_call_ms(step, args.timed_calls, args.repeats, synchronized, device)
             row[f"{mode}_ms"] = ms
 
-    row["phase"] = "graph launches"
+    enter_phase(row, "graph launches")
     graphs = args.impl not in ("eager", "inductor")
     if graphs or device != "cpu":
         count, how, names = graph_launches(lambda: runner.step(compiled, inputs[0]), device)

@@ -31,6 +31,7 @@ class ModelPool:
         # Outputs of warmups in the pool, freed when their storage dies or leaves the address.
         self.warmup_allocations: list[tuple[int, StorageWeakRef]] = []
         self.warmups = {"in pool": 0, "outside": 0}
+        self.cache_releases = 0
 
     def in_use(self) -> set[int]:
         """Addresses allocated in the pool now: graph outputs, and live warmup outputs."""
@@ -40,6 +41,9 @@ class ModelPool:
             if storage is not None and storage.data_ptr() == address:
                 live.add(address)
         return self.allocated | live
+
+    def release_cached_memory(self):
+        self.cache_releases += 1
 
     def warmup(self, fn, args):
         self.warmups["outside"] += 1
@@ -377,6 +381,14 @@ def warm_up(tree, value=1.0):
 def test_a_warmup_runs_in_the_pool(tree):
     warm_up(tree)
     assert tree.backend.warmups == {"in pool": 1, "outside": 0}
+
+
+def test_the_cache_is_released_once_when_a_steps_warmups_start_in_the_pool(tree):
+    """What a compilation left cached goes before the pool grows; the step's later calls,
+    un-graphed in the pool, add no device synchronization for it."""
+    warm_up(tree, value=1.0)
+    warm_up(tree, value=2.0)
+    assert tree.backend.warmups["in pool"] == 2 and tree.backend.cache_releases == 1
 
 
 def test_a_warmup_output_held_past_its_generation_leaves_the_pool_with_its_values(tree):

@@ -256,3 +256,31 @@ def test_every_model_builder_names_a_known_suite_and_package():
     for spec in zoo_models.MODELS.values():
         assert spec.suite in zoo_models.SUITES, spec
         assert spec.requires in (None, "transformers", "timm", "torchvision"), spec
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
+def test_the_process_that_times_pauses_the_others_and_continues_them_after(tmp_path):
+    lock = tmp_path / "timing.lock"
+    lock.touch()
+    groups = zoo.ProcessGroups(str(lock))
+    other = groups.start([sys.executable, "-c", "import time; time.sleep(60)"], env={})
+    try:
+        with zoo_measure.exclusive(str(lock)):
+            assert _state(other.pid) == "T"
+        assert _state(other.pid) != "T"
+    finally:
+        other.kill()
+        other.communicate()
+        groups.ended(other)
+
+
+def test_each_row_says_how_long_each_phase_took(smoke):
+    rows, _ = smoke
+    for row in rows["rows"]:
+        assert set(row["phase_s"]) >= {"start", "build", "compile and first calls", "timing"}
+        assert all(seconds >= 0 for seconds in row["phase_s"].values())

@@ -348,6 +348,7 @@ class GraphTree:
                 and can_copy_out_of_pool()
             ):
                 return self.backend.warmup(fn, args)
+            self.backend.release_cached_memory()  # what the compilation left cached
             try:
                 memory.prepare_warmup(self.current, self.pool)  # may make the pool
             except Exception:  # the pool cannot be made or restored: no capture here either

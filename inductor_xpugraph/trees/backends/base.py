@@ -69,6 +69,13 @@ class GraphBackend(abc.ABC):
         contents are only valid after ``graph.replay()``.
         """
 
+    def release_cached_memory(self) -> None:
+        """Give the device the memory its allocator caches and no tensor holds, as
+        ``torch.cuda.graph`` does before each capture. Called before each capture and before
+        a step's first warmup in the pool: memory a compilation left cached (Inductor's
+        benchmarks and autotuning) would otherwise stay reserved beside the pool the graphs
+        grow, never to be reused by them."""
+
     def release_dropped_pools(self) -> None:
         """Called after the tree dropped a pool, outside any capture of its own: give the
         memory of pools no graph holds any more back to the device, where leaving it cached

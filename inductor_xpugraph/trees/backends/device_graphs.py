@@ -158,6 +158,7 @@ class DeviceGraphBackend(GraphBackend):
         # not permitted when stream is capturing").
         self.device_module.current_stream(self.device_index).synchronize()
         self.capture_stream.synchronize()
+        self.release_cached_memory()
         self.prepare_capture_stream()
         # No cycle collection during the capture: it could destroy some unrelated graph,
         # which is not permitted while a stream captures and would invalidate this capture.
@@ -270,9 +271,21 @@ class DeviceGraphBackend(GraphBackend):
             return
         self.release_pool(self.device_index, pool_handle)
 
+    def release_cached_memory(self) -> None:
+        _CAPTURES.when_none_running(self.device, self._empty_cache)
+
     def release_dropped_pools(self) -> None:
         if self.empty_cache_after_pool_drop:
-            _CAPTURES.when_none_running(self.device, self.device_module.empty_cache)
+            _CAPTURES.when_none_running(self.device, self._empty_cache)
+
+    def _empty_cache(self) -> None:
+        """``empty_cache``, unless a capture we do not know of is under way: the caching
+        allocator refuses to empty its cache then (an internal assert, raised before it
+        changes anything), and the memory stays cached, as it would without us."""
+        try:
+            self.device_module.empty_cache()
+        except RuntimeError as error:
+            log.debug("%s: the cache was not emptied: %s", self.device, error)
 
     def prepare_capture_stream(self) -> None:
         """Runs before each capture, once the capture stream has caught up with the caller."""
@@ -296,7 +309,8 @@ class DeviceGraphBackend(GraphBackend):
         that follows finds the warmup's freed memory in the pool (``trees.memory``)."""
         self.prepare_warmup_in_pool()
         try:
-            with self.on_capture_stream():
+            # Routing into a pool counts as a capture to the allocator: no emptying its cache.
+            with self.on_capture_stream(), _CAPTURES.running(self.device):
                 self.begin_allocate_to_pool(self.device_index, pool.handle)
                 try:
                     return fn(args)
@@ -325,8 +339,8 @@ def _capture_stream(module: ModuleType, device_index: int, fresh: bool = False) 
 
 
 class _CapturesInFlight:
-    """Our captures under way in this process, per device: what empties a device's cache
-    waits until none is (another thread may be capturing)."""
+    """Our captures and warmups in a pool under way in this process, per device: a device's
+    cache is emptied only while none is (another thread may be capturing)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

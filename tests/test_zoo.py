@@ -1,5 +1,5 @@
 """``benchmarks/zoo.py`` end to end on the CPU emulator (``--device cpu``): the smoke model
-``mlp`` in inference and training with eager, Inductor and ours, each in its own process;
+``mlp`` in inference and training with eager and ours, each in its own process;
 the model list; shards and their merge (``--summarize``); a process past its timeout; and the
 summary's arithmetic on rows with known times."""
 
@@ -19,7 +19,7 @@ import zoo_measure  # noqa: E402
 import zoo_models  # noqa: E402
 import zoo_report  # noqa: E402
 
-SMOKE_IMPLS = ("eager", "inductor", "ours")
+SMOKE_IMPLS = ("eager", "ours")  # Inductor's default mode differs from ours by one argument
 
 
 def run_zoo(*argv: str) -> str:

@@ -100,14 +100,21 @@ def split_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 
 def git_commit() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-            text=True, timeout=10,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
+    """HEAD, with "+changes" where the tracked files differ from it (a copied working tree)."""
+
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
         return "unknown"
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 class ProcessGroups:
@@ -323,6 +330,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--markdown", default=None, help="also write the tables here")
     parser.add_argument(
+        "--commit", default=None, help="the commit to report (default: git's HEAD of this tree)"
+    )
+    parser.add_argument(
         "--summarize", nargs="+", metavar="JSON", help="merge runs, print the summary"
     )
     parser.add_argument(
@@ -376,7 +386,7 @@ def main(argv=None) -> None:
         if missing:
             skipped[name] = missing
     meta = {
-        "device": args.device, "torch": torch.__version__, "commit": git_commit(),
+        "device": args.device, "torch": torch.__version__, "commit": args.commit or git_commit(),
         "dtype": args.dtype, "batch": args.batch, "calls": args.calls,
         "timed_calls": args.timed_calls, "repeats": args.repeats, "jobs": args.jobs,
         "shard": f"{args.shard[0]}/{args.shard[1]}", "impls": impls, "modes": args.modes,

@@ -391,6 +391,21 @@ def test_the_cache_is_released_once_when_a_steps_warmups_start_in_the_pool(tree)
     assert tree.backend.warmups["in pool"] == 2 and tree.backend.cache_releases == 1
 
 
+def test_a_callable_warmed_up_again_releases_the_cache_no_more(tree):
+    """Only a callable's first warmup follows its compilation: one warmed up at every call
+    (``force_cudagraphs_warmup``) adds no device synchronization per call."""
+
+    def fn(args):
+        return (torch.zeros(16),)
+
+    for _ in range(3):
+        tree.warm_up(fn, [])  # its output dropped at once
+        assert tree.resume_after_warmups()
+    assert tree.backend.warmups["in pool"] == 3 and tree.backend.cache_releases == 1
+    warm_up(tree)  # a callable compiled since
+    assert tree.backend.cache_releases == 2
+
+
 def test_a_warmup_output_held_past_its_generation_leaves_the_pool_with_its_values(tree):
     out = warm_up(tree, value=3.0)
     address = out.data_ptr()

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import inductor_xpugraph
+from inductor_xpugraph._settings import environment_value
 
 config = inductor_xpugraph.config
 
@@ -20,28 +21,37 @@ def import_with(environment: dict[str, str], code: str = "") -> subprocess.Compl
 
 
 @pytest.mark.parametrize("text, expected", [("false", False), ("0", False), ("Yes", True)])
-def test_boolean_environment_values_are_parsed(text, expected):
-    result = import_with(
-        {"INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING": text},
-        "print(inductor_xpugraph.config.allocator_checkpointing)",
+def test_boolean_environment_values_are_parsed(text, expected, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING", text)
+    value = environment_value(
+        "allocator_checkpointing", "INDUCTOR_XPUGRAPH_ALLOCATOR_CHECKPOINTING", not expected
     )
-    assert result.stdout.strip() == str(expected), result.stderr
+    assert value is expected
 
 
 @pytest.mark.parametrize(
-    "variable, text",
+    "name, variable, text",
     [
-        ("INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", "maybe"),
-        ("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "abc"),
-        ("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "-1"),
-        ("INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0"),
+        ("skip_dynamic_graphs", "INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", "maybe"),
+        ("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "abc"),
+        ("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "-1"),
+        ("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0"),
     ],
 )
-def test_a_bad_environment_value_fails_the_import_naming_the_variable(variable, text):
-    result = import_with({variable: text})
+def test_a_bad_environment_value_is_refused_naming_the_variable_and_the_value(
+    name, variable, text, monkeypatch
+):
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(ValueError) as refused:
+        environment_value(name, variable, getattr(config, name))
+    assert variable in str(refused.value) and repr(text) in str(refused.value)
+
+
+def test_a_bad_environment_value_fails_the_import_naming_the_variable():
+    result = import_with({"INDUCTOR_XPUGRAPH_RERECORD_LIMIT": "abc"})
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("ValueError") and variable in last_line and repr(text) in last_line
+    assert last_line.startswith("ValueError") and "INDUCTOR_XPUGRAPH_RERECORD_LIMIT" in last_line
 
 
 def test_a_bad_device_list_enables_nothing():

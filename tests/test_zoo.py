@@ -1,5 +1,5 @@
 """``benchmarks/zoo.py`` end to end on the CPU emulator (``--device cpu``): the smoke model
-``mlp`` in inference and training with eager, Inductor and ours, each in its own process;
+``mlp`` in inference and training with eager and ours, each in its own process;
 the model list; shards and their merge (``--summarize``); a process past its timeout; and the
 summary's arithmetic on rows with known times."""
 
@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ import zoo_measure  # noqa: E402
 import zoo_models  # noqa: E402
 import zoo_report  # noqa: E402
 
-SMOKE_IMPLS = ("eager", "inductor", "ours")
+SMOKE_IMPLS = ("eager", "ours")  # Inductor's default mode differs from ours by one argument
 
 
 def run_zoo(*argv: str) -> str:
@@ -263,6 +264,17 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _becomes(pid: int, wanted, seconds: float = 10.0) -> bool:
+    """Whether the process's state satisfies ``wanted`` within ``seconds`` (a signal is
+    delivered a moment after it is sent)."""
+    deadline = time.monotonic() + seconds
+    while not wanted(_state(pid)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
 def test_the_process_that_times_pauses_the_others_and_continues_them_after(tmp_path):
     lock = tmp_path / "timing.lock"
@@ -271,8 +283,8 @@ def test_the_process_that_times_pauses_the_others_and_continues_them_after(tmp_p
     other = groups.start([sys.executable, "-c", "import time; time.sleep(60)"], env={})
     try:
         with zoo_measure.exclusive(str(lock)):
-            assert _state(other.pid) == "T"
-        assert _state(other.pid) != "T"
+            assert _becomes(other.pid, lambda state: state == "T")
+        assert _becomes(other.pid, lambda state: state != "T")
     finally:
         other.kill()
         other.communicate()

@@ -121,6 +121,10 @@ class GraphTree:
         self.warmup_outputs = WarmupOutputs()
         self.warmed_up_below: GraphNode = self.root
         self.calls_warming_up = 0
+        # Callables warmed up in the pool so far: the first warmup of each gives the device
+        # what the allocator caches (its compilation's benchmarks), the next ones do not
+        # (``force_cudagraphs_warmup`` warms up at every call).
+        self.warmed_up_fns: weakref.WeakSet[Any] = weakref.WeakSet()
         self.memory = memory_strategy(self.backend)
         # Set when this tree must record again, from the next generation, with this strategy.
         self.next_memory: MemoryStrategy | None = None
@@ -348,7 +352,9 @@ class GraphTree:
                 and can_copy_out_of_pool()
             ):
                 return self.backend.warmup(fn, args)
-            self.backend.release_cached_memory()  # what the compilation left cached
+            if fn not in self.warmed_up_fns:  # what its compilation left cached goes
+                self.warmed_up_fns.add(fn)
+                self.backend.release_cached_memory()
             try:
                 memory.prepare_warmup(self.current, self.pool)  # may make the pool
             except Exception:  # the pool cannot be made or restored: no capture here either

@@ -72,7 +72,7 @@ class GraphBackend(abc.ABC):
     def release_cached_memory(self) -> None:
         """Give the device the memory its allocator caches and no tensor holds, as
         ``torch.cuda.graph`` does before each capture. Called before each capture and before
-        a step's first warmup in the pool: memory a compilation left cached (Inductor's
+        a callable's first warmup in the pool: memory a compilation left cached (Inductor's
         benchmarks and autotuning) would otherwise stay reserved beside the pool the graphs
         grow, never to be reused by them."""
 

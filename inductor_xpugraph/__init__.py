@@ -31,7 +31,7 @@ from . import _settings, config
 from ._version import __version__
 from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
 from .report import report, report_at_exit_if_asked
-from .trees import mark_step_begin, reset
+from .trees import mark_step_begin, mark_warmup_incomplete, reset
 from .trees import snapshot as stats
 
 _DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
@@ -59,6 +59,7 @@ __all__ = [
     "enable",
     "enabled_devices",
     "mark_step_begin",
+    "mark_warmup_incomplete",
     "report",
     "reset",
     "stats",

@@ -444,3 +444,55 @@ def test_settings_set_on_the_compiling_thread_hold_for_a_backward_on_another_thr
     worker.start()
     worker.join()
     assert records == [0, 0, 2]  # two more warmups, then the forward and backward record
+
+
+# -- another warmup, asked for from inside one ---------------------------------------------------
+
+# Calls still unsettled of the autotuner below; it asks for another warmup while any are left.
+_unsettled = {"calls": 0, "ask": None}
+
+
+@torch.library.custom_op("inductor_xpugraph_tests::autotuned_double", mutates_args=())
+def autotuned_double(x: torch.Tensor) -> torch.Tensor:
+    """An op whose autotuner settles after a few calls, asking for another warmup until then."""
+    if _unsettled["calls"]:
+        _unsettled["calls"] -= 1
+        _unsettled["ask"]()
+    return x * 2
+
+
+@autotuned_double.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def run_autotuned(device, calls, unsettled, ask):
+    """``calls`` steps of a compiled function around the op; our counters after them."""
+    _unsettled.update(calls=unsettled, ask=ask)
+    compiled = torch.compile(lambda x: autotuned_double(x + 1), mode="reduce-overhead")
+    x = torch.ones(8, device=device)
+    for _ in range(calls):
+        torch.compiler.cudagraph_mark_step_begin()
+        torch.testing.assert_close(compiled(x), (x + 1) * 2)
+    stats = inductor_xpugraph.stats()
+    return stats["warmups"], stats["records"], stats["replays"]
+
+
+def test_a_warmup_that_asks_for_another_runs_again_before_recording(device):
+    """An autotuner that has not settled, running inside the compiled code, keeps the graph
+    warming up (upstream's ``torch.compiler.cudagraph_mark_warmup_incomplete()``)."""
+    assert run_autotuned(device, 5, 2, inductor_xpugraph.mark_warmup_incomplete) == (3, 1, 1)
+
+
+def test_asking_for_another_warmup_outside_one_does_nothing(device):
+    inductor_xpugraph.mark_warmup_incomplete()
+    assert run_autotuned(device, 3, 0, None) == (1, 1, 1)
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.compiler, "cudagraph_mark_warmup_incomplete"),
+    reason="torch.compiler.cudagraph_mark_warmup_incomplete arrives in torch 2.15",
+)
+def test_upstreams_call_asks_ours_for_another_warmup_too(device):
+    ask = torch.compiler.cudagraph_mark_warmup_incomplete
+    assert run_autotuned(device, 3, 1, ask) == (2, 1, 0)

@@ -26,7 +26,7 @@ from .debug_checks import CheckedGraphedCallable
 from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
 from .lifetime import PartitionlessRunner
 from .node import Phase
-from .recording_policy import RecordingSettings
+from .recording_policy import RecordingSettings, mark_warmup_incomplete
 from .source_lines import source_at_load
 from .tree import all_trees, thread_trees
 
@@ -120,6 +120,7 @@ __all__ = [
     "PartitionlessRunner",
     "graphify",
     "mark_step_begin",
+    "mark_warmup_incomplete",
     "record_skip",
     "reset",
     "snapshot",

@@ -212,7 +212,9 @@ class GraphedCallable:
             # A warmup's outputs are still held: no graph may run (GraphTree.warm_up).
             if self.policy.admit_size(key) and self.policy.warm_up(key):
                 stats.counters["warmups"] += 1
-            elif tree.calls_warming_up == RECORDS_BELOW_ITSELF:
+                with self.policy.warming_up(key):
+                    return self._run_eagerly(tree, args, warmup=True)
+            if tree.calls_warming_up == RECORDS_BELOW_ITSELF:
                 reason = messages.WARMUP_OUTPUTS_HELD
                 stats.record_event(stats.EventKind.PENDING_BACKWARD, reason, self.name, self.source)
             return self._run_eagerly(tree, args, warmup=True)
@@ -238,7 +240,8 @@ class GraphedCallable:
             return self.fn(args)
         if self.policy.warm_up(key):
             stats.counters["warmups"] += 1
-            return self._run_eagerly(tree, args, warmup=True)
+            with self.policy.warming_up(key):
+                return self._run_eagerly(tree, args, warmup=True)
         return self._record(tree, key, args)
 
     def _run_eagerly(self, tree: GraphTree, args: list[Any], warmup: bool = False) -> Any:

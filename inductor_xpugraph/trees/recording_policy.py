@@ -17,7 +17,8 @@ up ``warmup_runs`` times before it is recorded (``warm_up``: none with upstream'
 to ``size_limit`` sizes (upstream's ``triton.cudagraph_dynamic_shape_rerecord_limit``, else
 ``config.dynamic_shape_warn_limit`` with ``config.skip_dynamic_graphs``): past it new sizes run
 un-graphed and the sizes seen keep replaying. Past ``warn_limit`` sizes a warning is logged
-once.
+once. Code that runs inside a warmup (an autotuner that has not settled) may ask for one more
+(``mark_warmup_incomplete``, upstream's ``torch.compiler.cudagraph_mark_warmup_incomplete``).
 
 Re-records. A recording of the callable at a place in the tree where it is already recorded
 for these sizes is a *re-record*:
@@ -44,9 +45,11 @@ it is given; ``tests/test_recording_policy.py`` pins it down.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -185,6 +188,21 @@ class RecordingPolicy:
         self.warmups_done[key] = done + 1
         return True
 
+    @contextlib.contextmanager
+    def warming_up(self, key: tuple[int, ...]) -> Iterator[None]:
+        """Around a warmup's run: ``mark_warmup_incomplete`` called on this thread meanwhile
+        takes the warmup back, so that the next call for ``key`` warms up again."""
+        outer = getattr(_running, "warmup", None)
+        _running.warmup = (self, key)
+        try:
+            yield
+        finally:
+            _running.warmup = outer
+
+    def take_back_warmup(self, key: tuple[int, ...]) -> None:
+        if self.warmups_done.get(key):
+            self.warmups_done[key] -= 1
+
     # -- re-records ---------------------------------------------------------------------------
 
     def seen_before(self, address_set: tuple[int, ...]) -> bool:
@@ -221,3 +239,40 @@ class RecordingPolicy:
     @property
     def stopped(self) -> bool:
         return self.stopped_because is not None
+
+
+# The warmup running on each thread, as (policy, sizes): ``mark_warmup_incomplete``'s target.
+_running = threading.local()
+
+
+def mark_warmup_incomplete() -> None:
+    """Ask for one more warmup of the callable warming up on this thread: its next call for
+    the same sizes runs un-graphed again instead of recording. For code that runs inside the
+    compiled code during a warmup (an autotuner that has not settled); anywhere else it does
+    nothing. Upstream's ``torch.compiler.cudagraph_mark_warmup_incomplete()`` (torch >= 2.15)
+    does the same here."""
+    running = getattr(_running, "warmup", None)
+    if running is not None:
+        policy, key = running
+        policy.take_back_warmup(key)
+
+
+def _follow_upstreams_mark_warmup_incomplete() -> None:
+    """Make upstream's call reach ours too, where torch has it (``torch.compiler`` looks the
+    function up in ``cudagraph_trees`` at each call)."""
+    from torch._inductor import cudagraph_trees
+
+    upstream = getattr(cudagraph_trees, "mark_warmup_incomplete", None)
+    if upstream is None or getattr(upstream, "_inductor_xpugraph_follows", False):
+        return
+
+    def mark_both() -> None:
+        upstream()
+        mark_warmup_incomplete()
+
+    mark_both._inductor_xpugraph_follows = True  # type: ignore[attr-defined]
+    mark_both.__doc__ = upstream.__doc__
+    cudagraph_trees.mark_warmup_incomplete = mark_both
+
+
+_follow_upstreams_mark_warmup_incomplete()

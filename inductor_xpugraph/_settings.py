@@ -149,6 +149,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "static_input_variants": _integer(1),
     "dynamic_shape_warn_limit": _integer(1),
     "skip_dynamic_graphs": _boolean,
+    "generation_cloning": _boolean,
     "pending_backward_records_limit": _integer(1),
     "allocator_checkpointing": _boolean,
     "debug_checks": _boolean,

@@ -54,6 +54,15 @@ skip_dynamic_graphs: bool = _from_environment(
     "skip_dynamic_graphs", "INDUCTOR_XPUGRAPH_SKIP_DYNAMIC_GRAPHS", False
 )
 
+# When a step ends, outputs of its forward and inference graphs that the caller still holds
+# are copied out of the pool and keep their values (one device copy per output kept), instead
+# of raising the stale-output error when read (upstream's
+# ``triton.cudagraph_trees_generation_cloning = "user_visible"``, torch >= 2.15, does the same
+# here). Gradients are always kept this way. Read when a graph is compiled.
+generation_cloning: bool = _from_environment(
+    "generation_cloning", "INDUCTOR_XPUGRAPH_GENERATION_CLONING", False
+)
+
 # A step that cannot end, because outputs the caller keeps may still be backpropagated,
 # records each call of a graph below the last (an evaluation loop without torch.no_grad()
 # that keeps its outputs). Once a graph has this many recordings on the current path, its

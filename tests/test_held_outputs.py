@@ -402,3 +402,72 @@ def test_a_reduce_overhead_optimizer_step_trains_as_eager(device):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
     stats = inductor_xpugraph.stats()
     assert stats["fallbacks"] == 0 and stats["replays"] >= 6
+
+
+# -- generation cloning: outputs kept past their step are copied out of the pool ------------
+
+
+def needs_copy_out_of_pool():
+    from inductor_xpugraph.trees.invalidation import can_copy_out_of_pool
+
+    if not can_copy_out_of_pool():
+        pytest.skip("this torch cannot copy graph memory out of the pool (no extension built)")
+
+
+def keep_every_output(device, steps=4):
+    """``steps`` steps of ``x * 2``, each output and a view of it kept; what was kept."""
+    compiled = torch.compile(lambda x: x * 2, mode="reduce-overhead")
+    kept = []
+    for step in range(steps):
+        torch.compiler.cudagraph_mark_step_begin()
+        out = compiled(torch.full((8,), float(step), device=device))
+        kept.append((out, out[2:6]))
+    return kept
+
+
+def assert_kept_values(kept, device):
+    for step, (out, view) in enumerate(kept):
+        torch.testing.assert_close(out, torch.full((8,), 2.0 * step, device=device))
+        torch.testing.assert_close(view, torch.full((4,), 2.0 * step, device=device))
+
+
+def test_with_generation_cloning_outputs_kept_past_their_step_keep_their_values(device):
+    needs_copy_out_of_pool()
+    with inductor_xpugraph.config.patch(generation_cloning=True):
+        kept = keep_every_output(device)
+    assert_kept_values(kept, device)
+    stats = inductor_xpugraph.stats()
+    assert stats["replays"] >= 2 and stats["handovers"] >= 2, stats
+
+
+@pytest.mark.skipif(
+    not hasattr(torch._inductor.config.triton, "cudagraph_trees_generation_cloning"),
+    reason="triton.cudagraph_trees_generation_cloning arrives in torch 2.15",
+)
+def test_upstreams_generation_cloning_keeps_outputs_past_their_step_too(device):
+    needs_copy_out_of_pool()
+    with torch._inductor.config.patch(
+        {"triton.cudagraph_trees_generation_cloning": "user_visible"}
+    ):
+        kept = keep_every_output(device)
+    assert_kept_values(kept, device)
+
+
+def test_without_generation_cloning_an_output_kept_past_its_step_raises(device):
+    kept = keep_every_output(device, steps=3)
+    with pytest.raises(RuntimeError, match=STALE):
+        kept[0][0] + 1
+
+
+def test_generation_cloning_on_a_torch_that_cannot_copy_out_of_the_pool_says_so_once(
+    monkeypatch, caplog
+):
+    from inductor_xpugraph.trees import recording_policy
+
+    monkeypatch.setattr(recording_policy, "can_copy_out_of_pool", lambda: False)
+    monkeypatch.setattr(recording_policy, "_said", set())
+    with inductor_xpugraph.config.patch(generation_cloning=True):
+        settings = [recording_policy.RecordingSettings.current() for _ in range(2)]
+    assert not any(s.clone_live_outputs for s in settings)
+    said = [r for r in caplog.records if "generation_cloning" in r.getMessage()]
+    assert len(said) == 1 and "no effect on this torch" in said[0].getMessage()

@@ -86,8 +86,10 @@ class GraphedCallable:
     ) -> None:
         self.fn = fn
         self.device = device
-        self.identity = CallableIdentity(next(_callable_ids), name, phase, source)
-        self.id, self.name, self.phase, self.source = self.identity
+        settings = recording or RecordingSettings.current()
+        clones = settings.clone_live_outputs and phase is not Phase.BACKWARD  # (handed over)
+        self.identity = CallableIdentity(next(_callable_ids), name, phase, source, clones)
+        self.id, self.name, self.phase, self.source, _ = self.identity
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
         # Static inputs Inductor's kernels take as aligned without checking them at each call
@@ -109,7 +111,7 @@ class GraphedCallable:
         self._may_restart_generation = phase is not Phase.BACKWARD
         # What the recording policy obeys, read on the thread that loads this callable (or
         # baked into the generated code): never read again per call (``recording_policy``).
-        self.recording_settings = recording or RecordingSettings.current()
+        self.recording_settings = settings
         self.reset()
         weakref.finalize(self, forget_callable, self.id)
         _all_callables.add(self)

@@ -28,6 +28,10 @@ again while nobody holds them (``recording``), tell whether the caller still use
      eager's values while graphs replay. The cost is one device copy of each gradient kept
      past its step, once per step (``stats()["handovers"]``); with ``zero_grad()`` before
      the next forward nothing is kept and nothing is copied;
+   - so is every block of a graph compiled with ``config.generation_cloning`` (upstream's
+     ``triton.cudagraph_trees_generation_cloning = "user_visible"``), whose held output
+     objects step 1 keeps too, as are its un-graphed outputs: outputs kept past their step
+     keep their values, at the price of that copy;
    - any other block is made stale at the storage level (``storage_invalidator``), so every
      tensor over it raises the stale-output error, views included, as upstream's do.
    Without a way to invalidate (no binding, no extension), every block is handed over:
@@ -102,10 +106,13 @@ class HandedOut:
 
     def _goes_stale(self, tensor: torch.Tensor) -> bool:
         address = tensor.data_ptr()
-        for node in self.nodes:  # gradients are not made stale: they are handed over
-            if node.phase is not Phase.BACKWARD and node.recording.may_hold(address):
-                return True
-        for _, refs in self.eager_outputs:
+        for node in self.nodes:  # gradients and cloned outputs are handed over instead
+            if _hands_over(node) or not node.recording.may_hold(address):
+                continue
+            return True
+        for producer, refs in self.eager_outputs:
+            if producer.clones_live_outputs:
+                continue
             for ref in refs:
                 if ref() is tensor:
                     return True
@@ -117,7 +124,7 @@ class HandedOut:
         if storage_invalidator() is None:
             return True
         for node in self.nodes:  # a loop, not any(): this runs at every generation
-            if node.phase is Phase.BACKWARD:
+            if _hands_over(node):
                 return True
         return False
 
@@ -131,6 +138,8 @@ class HandedOut:
         #    from now on (and their positions get new objects); gradients are kept, below.
         if invalidate_tensor is not None:
             for producer, refs in eager_outputs:
+                if producer.clones_live_outputs:  # not graph memory: nothing to copy
+                    continue
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
                 if held_outputs:
                     caller_held = True
@@ -146,7 +155,7 @@ class HandedOut:
             if not positions:
                 continue
             caller_held = True
-            if node.phase is Phase.BACKWARD or invalidate_tensor is None:
+            if _hands_over(node) or invalidate_tensor is None:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
             message = messages.stale_output(device, node.name, dropped_by_reset)
@@ -163,18 +172,25 @@ class HandedOut:
         if not held:
             return caller_held
         invalidate_storage = storage_invalidator()
-        gradients = []
+        handed = []
         for block, producer in held.items():
-            hand = producer.phase is Phase.BACKWARD or invalidate_storage is None
+            hand = _hands_over(producer) or invalidate_storage is None
             if hand and not capturing and can_copy_out_of_pool():
-                gradients.append(block)
+                handed.append(block)
             elif invalidate_storage is not None:
                 message = messages.stale_output(device, producer.name, dropped_by_reset)
                 block.retire_stale(invalidate_storage, message)
             # else: neither is possible here; ``invalidation`` warned once.
-        if gradients:
-            hand_over(gradients)
-            stats.counters["handovers"] += len(gradients)
+        if handed:
+            hand_over(handed)
+            stats.counters["handovers"] += len(handed)
         for recording in {r: None for block in held for r in block.aliased_by}:
             recording.rebuild_aliases()
         return True
+
+
+def _hands_over(node: GraphNode) -> bool:
+    """Whether memory of ``node``'s outputs still referenced when its generation ends is copied
+    out of the pool rather than made stale: gradients, and the outputs of callables compiled
+    with ``generation_cloning``."""
+    return node.phase is Phase.BACKWARD or node.clones_live_outputs

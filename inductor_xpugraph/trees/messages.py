@@ -237,3 +237,11 @@ DROPPED_BY_RESET = (
 def stale_output(device: str, name: str, dropped_by_reset: bool = False) -> str:
     template = DROPPED_BY_RESET if dropped_by_reset else STALE_OUTPUT
     return template.format(device=device, name=name)
+
+
+CANNOT_CLONE_OUTPUTS = (
+    "inductor_xpugraph: generation_cloning (upstream's triton.cudagraph_trees_generation_cloning) "
+    "has no effect on this torch: it cannot copy graph memory out of the pool (torch >= 2.13 "
+    "can; on older ones, a C++ compiler builds the extension that does). Outputs kept past "
+    "their step raise the stale-output error when read"
+)

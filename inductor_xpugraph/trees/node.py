@@ -37,6 +37,9 @@ class CallableIdentity(NamedTuple):
     name: str  # e.g. "0_forward:call"
     phase: Phase
     source: str | None = None  # "path:line in function", when Inductor kept it
+    # Outputs still referenced when a generation ends are copied out of the pool and stay
+    # valid, instead of going stale (``RecordingSettings.clone_live_outputs``).
+    clones_live_outputs: bool = False
 
 
 class ConsumedInput(NamedTuple):
@@ -72,6 +75,7 @@ class GraphNode:
         "consumed_inputs",
         "sizes",
         "source",
+        "clones_live_outputs",
         "replays",
     )
 
@@ -87,6 +91,7 @@ class GraphNode:
         self.name = identity.name if identity else ""
         self.phase = identity.phase if identity else None
         self.source = identity.source if identity else None
+        self.clones_live_outputs = identity.clones_live_outputs if identity else False
         self.parent = parent
         # Per (callable id, sizes): the recording used last here (the replay fast path looks
         # it up), and the others, for other addresses of the static inputs, most recent first.

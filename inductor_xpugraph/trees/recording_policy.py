@@ -56,6 +56,7 @@ import torch
 
 from .. import config
 from . import messages, stats
+from .invalidation import can_copy_out_of_pool
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -88,12 +89,15 @@ class RecordingSettings:
     warn_limit: int | None = 8  # past this many sizes, warn once (None: never)
     rerecord_limit: int = 8  # the thrash guard: re-records ...
     rerecord_window: int = 64  # ... within this many generations
+    # outputs still referenced when a generation ends are copied out of the pool (``handed_out``)
+    clone_live_outputs: bool = False
 
     @classmethod
     def current(cls) -> RecordingSettings:
         """The settings as this thread sees them: ours, and upstream's where torch has them
         (``capture_sizes``, ``skip_cudagraph_warmup``, ``force_cudagraphs_warmup`` from 2.11;
-        ``cudagraph_dynamic_shape_rerecord_limit`` from 2.15). Upstream's re-record limit
+        ``cudagraph_dynamic_shape_rerecord_limit`` and ``cudagraph_trees_generation_cloning``
+        from 2.15). Upstream's re-record limit
         and warn limit replace ours where the user set them (None or 0: no limit, no
         warning)."""
         sizes, _ = _upstream("cudagraph_capture_sizes", None)
@@ -101,8 +105,13 @@ class RecordingSettings:
         force_warmup, _ = _upstream("force_cudagraphs_warmup", False)
         limit, limit_set = _upstream("cudagraph_dynamic_shape_rerecord_limit", None)
         warn, warn_set = _upstream("cudagraph_dynamic_shape_warn_limit", None)
+        cloning, _ = _upstream("cudagraph_trees_generation_cloning", None)
         if not limit_set:
             limit = config.dynamic_shape_warn_limit if config.skip_dynamic_graphs else None
+        clone = cloning == "user_visible" or config.generation_cloning
+        if clone and not can_copy_out_of_pool():
+            _say_once(messages.CANNOT_CLONE_OUTPUTS)
+            clone = False
         return cls(
             warmup_runs=0 if skip_warmup else config.warmup_runs,
             always_warm_up=bool(force_warmup),
@@ -112,6 +121,7 @@ class RecordingSettings:
             warn_limit=(warn or None) if warn_set else config.dynamic_shape_warn_limit,
             rerecord_limit=config.rerecord_limit,
             rerecord_window=config.rerecord_window,
+            clone_live_outputs=clone,
         )
 
     @classmethod
@@ -125,6 +135,15 @@ class RecordingSettings:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        log.warning(message)
 
 
 def upstream_key(key: tuple[int, ...]) -> int | tuple[int, ...] | None:

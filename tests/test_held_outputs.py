@@ -442,7 +442,7 @@ def test_with_generation_cloning_outputs_kept_past_their_step_keep_their_values(
 
 @pytest.mark.skipif(
     not hasattr(torch._inductor.config.triton, "cudagraph_trees_generation_cloning"),
-    reason="triton.cudagraph_trees_generation_cloning arrives in torch 2.15",
+    reason="this torch has no triton.cudagraph_trees_generation_cloning",
 )
 def test_upstreams_generation_cloning_keeps_outputs_past_their_step_too(device):
     needs_copy_out_of_pool()

@@ -491,8 +491,25 @@ def test_asking_for_another_warmup_outside_one_does_nothing(device):
 
 @pytest.mark.skipif(
     not hasattr(torch.compiler, "cudagraph_mark_warmup_incomplete"),
-    reason="torch.compiler.cudagraph_mark_warmup_incomplete arrives in torch 2.15",
+    reason="this torch has no torch.compiler.cudagraph_mark_warmup_incomplete",
 )
 def test_upstreams_call_asks_ours_for_another_warmup_too(device):
     ask = torch.compiler.cudagraph_mark_warmup_incomplete
     assert run_autotuned(device, 3, 1, ask) == (2, 1, 0)
+
+
+def test_an_upstream_setting_that_has_no_effect_here_says_so_once(monkeypatch, caplog):
+    from inductor_xpugraph.trees import recording_policy
+
+    monkeypatch.setattr(recording_policy, "_said", set())
+    name = "cudagraph_unexpected_rerecord_limit"
+    if not hasattr(torch._inductor.config.triton, name):
+        pytest.skip(f"torch {torch.__version__} has no triton.{name}")
+    default = getattr(torch._inductor.config.triton, name)
+    with torch._inductor.config.patch({f"triton.{name}": default + 1}):
+        RecordingSettings.current()
+        RecordingSettings.current()
+    said = [r.getMessage() for r in caplog.records if name in r.getMessage()]
+    assert len(said) == 1 and "has no effect here" in said[0] and "rerecord_limit" in said[0]
+    RecordingSettings.current()  # back at its default: nothing more is said
+    assert len([r for r in caplog.records if name in r.getMessage()]) == 1

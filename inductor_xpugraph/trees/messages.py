@@ -245,3 +245,7 @@ CANNOT_CLONE_OUTPUTS = (
     "can; on older ones, a C++ compiler builds the extension that does). Outputs kept past "
     "their step raise the stale-output error when read"
 )
+
+
+def upstream_setting_not_applied(name: str, why: str) -> str:
+    return f"inductor_xpugraph: torch._inductor.config.triton.{name} has no effect here: {why}"

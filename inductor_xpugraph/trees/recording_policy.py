@@ -62,6 +62,25 @@ log = logging.getLogger("inductor_xpugraph")
 
 UPSTREAM = "torch._inductor.config.triton."
 
+# Upstream's settings of its trees that have no effect here, and why: each is said once, on
+# the first compile that sees it set (docs/upstream-settings.md).
+NOT_APPLIED = {
+    "cudagraph_unexpected_rerecord_limit": (
+        "the thrash guard counts every re-record on one clock: set rerecord_limit"
+    ),
+    "cudagraph_initial_mempool_allocation_gb": (
+        "the pool is not reserved up front (graphs allocate in it as they are recorded)"
+    ),
+    "cudagraph_managed_input_rerecord_limit": (
+        "an input another graph produced at a new address re-records its graph, counted by "
+        "rerecord_limit"
+    ),
+    "cudagraph_managed_input_rerecord_action": (
+        "an input another graph produced at a new address re-records its graph, counted by "
+        "rerecord_limit"
+    ),
+}
+
 
 def _upstream(name: str, default: Any) -> tuple[Any, bool]:
     """Upstream's ``triton.<name>`` and whether the user set it to something other than its
@@ -108,6 +127,9 @@ class RecordingSettings:
         cloning, _ = _upstream("cudagraph_trees_generation_cloning", None)
         if not limit_set:
             limit = config.dynamic_shape_warn_limit if config.skip_dynamic_graphs else None
+        for name, why in NOT_APPLIED.items():
+            if _upstream(name, None)[1]:
+                _say_once(messages.upstream_setting_not_applied(name, why))
         clone = cloning == "user_visible" or config.generation_cloning
         if clone and not can_copy_out_of_pool():
             _say_once(messages.CANNOT_CLONE_OUTPUTS)

@@ -164,6 +164,37 @@ def test_threads_have_their_own_trees_and_generations(device):
     torch.testing.assert_close(kept, x_main * 2 + 1)  # not invalidated by the other thread
 
 
+def test_a_thread_running_the_backwards_of_several_threads_finds_each_ones_trees():
+    """Autograd runs every thread's backward on one device thread, each under its caller's
+    propagated TLS (stashed here by hand, as the engine does): each backward must reach the
+    trees of the thread that ran its forward, not the first caller's."""
+    import threading
+
+    from inductor_xpugraph.trees import tree as tree_module
+
+    tables = {}
+
+    def make_trees(name):
+        tables[name] = tree_module.thread_trees()
+
+    for name in ("first", "second"):
+        caller = threading.Thread(target=make_trees, args=(name,))
+        caller.start()
+        caller.join()
+    found = []
+
+    def run_backwards():
+        for name in ("first", "second", "first"):
+            torch._C._stash_obj_in_tls(tree_module._TLS_KEY, tables[name])
+            found.append(tree_module.thread_trees() is tables[name])
+
+    device_thread = threading.Thread(target=run_backwards)
+    device_thread.start()
+    device_thread.join()
+    assert tables["first"] is not tables["second"]
+    assert found == [True, True, True]
+
+
 def test_generated_module_called_directly_in_a_loop_replays(device):
     from torch._inductor.codecache import PyCodeCache
 

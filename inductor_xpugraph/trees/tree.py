@@ -555,7 +555,10 @@ def _unlink(nodes: list[GraphNode]) -> None:
 # Trees are per thread, as upstream's: two threads serving the same compiled model never
 # invalidate each other's outputs or share static buffers. Autograd runs backward on its
 # own threads; the per-thread table is stashed in torch's autograd-propagated TLS so that a
-# backward finds the tree of the thread that ran its forward.
+# backward finds the tree of the thread that ran its forward. One autograd device thread runs
+# the backwards of every thread that trains on the device, each with its caller's TLS: there
+# the table is read from the TLS at every call, never remembered (``_local`` caches only a
+# table the thread made for itself outside a backward).
 _TLS_KEY = "inductor_xpugraph_trees"
 _local = threading.local()
 _registry: weakref.WeakSet[GraphTree] = weakref.WeakSet()
@@ -564,12 +567,13 @@ _registry_lock = threading.Lock()
 
 def thread_trees() -> dict[str, GraphTree]:
     trees = getattr(_local, "trees", None)
-    if trees is None:
-        if torch._C._is_key_in_tls(_TLS_KEY):
-            trees = torch._C._get_obj_in_tls(_TLS_KEY)
-        else:
-            trees = {}
-            torch._C._stash_obj_in_tls(_TLS_KEY, trees)
+    if trees is not None:
+        return trees
+    if torch._C._is_key_in_tls(_TLS_KEY):
+        return torch._C._get_obj_in_tls(_TLS_KEY)  # a caller's, propagated: not ours to keep
+    trees = {}
+    torch._C._stash_obj_in_tls(_TLS_KEY, trees)
+    if torch._C._current_graph_task_id() == -1:  # not inside a backward
         _local.trees = trees
     return trees
 

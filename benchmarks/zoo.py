@@ -238,6 +238,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
 
     def record(row):
         with written:
+            row.setdefault("commit", meta["commit"])
             rows.append(row)
             count = f"[{len(rows)}/{len(every)}, {time.perf_counter() - started:.0f} s]"
             why = f" ({row['reason'][:100]})" if row.get("reason") else ""

@@ -286,6 +286,7 @@ def merge(paths: list[str]) -> tuple[dict[str, Any], list[dict]]:
             **part.get("skipped_models", {}),
         }
         for row in data["rows"]:
+            row.setdefault("commit", part.get("commit"))
             by_key[(row["model"], row["mode"], row["impl"])] = row
     return meta, list(by_key.values())
 

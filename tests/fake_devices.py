@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def generate_wrapper_source(
     static: bool = False,
     attention: bool = False,
     never_capture_ops: tuple[str, ...] = (),
+    inductor_settings: tuple[tuple[str, object], ...] = (),
 ) -> str:
     """Return the Python wrapper source Inductor generates for a small graph on `device`.
 
@@ -91,8 +93,8 @@ def generate_wrapper_source(
     compiles ``flash_attention(q.relu(), k, v) + 1`` (a module's ``forward``) through
     ``aten._scaled_dot_product_flash_attention``, what ``F.scaled_dot_product_attention`` runs
     on xpu when training (the CPU build cannot pick a kernel for a fake device, so the test
-    names the op). `never_capture_ops` is set in ``inductor_xpugraph.config``. Runs in a fresh
-    subprocess.
+    names the op). `never_capture_ops` is set in ``inductor_xpugraph.config``;
+    `inductor_settings`, (name, value) pairs, in Inductor's config. Runs in a fresh subprocess.
     """
     with tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp:
         output = Path(tmp) / "wrapper.py"
@@ -105,6 +107,11 @@ def generate_wrapper_source(
             command.append("--attention")
         command += [arg for d in extension_devices for arg in ("--extension", d)]
         command += [arg for op in never_capture_ops for arg in ("--never-capture", op)]
+        command += [
+            arg
+            for name, value in inductor_settings
+            for arg in ("--inductor-setting", f"{name}={json.dumps(value)}")
+        ]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
@@ -256,6 +263,7 @@ def _main() -> None:
     parser.add_argument("--static", action="store_true")
     parser.add_argument("--attention", action="store_true")
     parser.add_argument("--never-capture", action="append", default=[], metavar="OP")
+    parser.add_argument("--inductor-setting", action="append", default=[], metavar="NAME=JSON")
     args = parser.parse_args()
 
     _install_fake_device(args.device)
@@ -266,6 +274,11 @@ def _main() -> None:
     inductor_config.force_disable_caches = True
     inductor_config.triton.cudagraphs = True
     inductor_config.graph_partition = args.partition
+    for setting in args.inductor_setting:
+        name, _, value = setting.partition("=")
+        owner, _, leaf = name.rpartition(".")  # "triton.x" is inductor_config.triton.x
+        section = getattr(inductor_config, owner) if owner else inductor_config
+        setattr(section, leaf, json.loads(value))
 
     if args.extension or args.never_capture:
         import inductor_xpugraph

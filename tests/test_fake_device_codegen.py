@@ -228,6 +228,21 @@ def test_extension_wraps_each_partition_in_graphify_inside_a_new_runner(device):
         )
 
 
+def test_partitions_below_upstreams_min_partition_size_are_not_graphed():
+    """``triton.cudagraph_min_partition_size``: Inductor runs smaller partitions inline in
+    ``call``, so the wrapper graphs none of them and says why."""
+    if not hasattr(torch._inductor.config.triton, "cudagraph_min_partition_size"):
+        pytest.skip(f"torch {torch.__version__} has no triton.cudagraph_min_partition_size")
+    source = generate_wrapper_source(
+        "xpu",
+        partition=True,
+        extension_devices=("xpu",),
+        inductor_settings=(("triton.cudagraph_min_partition_size", 100),),
+    )
+    assert "graphify(" not in source
+    assert "fewer kernels than triton.cudagraph_min_partition_size (100)" in source
+
+
 def test_xpu_attention_runs_the_flash_kernel_ungraphed_between_two_graphed_partitions():
     source = attention_source("xpu", ("xpu",))
     _, partitions = runner_partitions(source)

@@ -103,6 +103,12 @@ def plan_graphs(
     source = culprit_source or graph_source()
     if reason is None and partitioned and not partition_names:
         reason = "no device kernels to capture (no graph partitions)"
+        min_size = getattr(inductor_config.triton, "cudagraph_min_partition_size", 0)
+        if min_size:
+            reason = (
+                f"every partition has fewer kernels than triton.cudagraph_min_partition_size"
+                f" ({min_size})"
+            )
         if left_out:
             reason = f"{left_out[0].reason} (and the graph has nothing else to capture)"
     if reason is not None:

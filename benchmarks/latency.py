@@ -266,7 +266,7 @@ def breakdown(step, inputs, calls: int, repeats: int, device: str) -> dict[str, 
     """``ours``, synchronized, peeled layer by layer (when a call is one graph)."""
     from torch._dynamo.mutation_guard import GenerationTracker
 
-    from inductor_xpugraph.trees.tree import all_trees
+    from inductor_xpugraph.trees.per_thread import all_trees
 
     calls_seen = _graphed_calls_of(step, inputs)
     if len(calls_seen) != 1:

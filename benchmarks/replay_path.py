@@ -29,7 +29,7 @@ from torch._dynamo.mutation_guard import GenerationTracker
 
 import inductor_xpugraph
 from inductor_xpugraph.trees.graphed_callable import GraphedCallable
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 
 def per_call_us(fn, calls: int, repeats: int, synchronize) -> float:

@@ -28,7 +28,8 @@ from .trees import stats
 from .trees.graphed_callable import _all_callables
 from .trees.memory import OwnedOutputs
 from .trees.node import GraphNode
-from .trees.tree import GraphTree, all_trees
+from .trees.per_thread import all_trees
+from .trees.tree import GraphTree
 
 REPORT_ENV = "INDUCTOR_XPUGRAPH_REPORT"
 

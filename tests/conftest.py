@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 
 def pytest_addoption(parser):

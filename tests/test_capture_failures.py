@@ -16,7 +16,7 @@ import torch
 
 import inductor_xpugraph
 from inductor_xpugraph.trees.backends import device_graphs
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 
 @torch.library.custom_op("inductor_xpugraph_tests::waits_for_the_host", mutates_args=())

@@ -8,7 +8,7 @@ import torch
 import torch._inductor.cudagraph_trees as upstream_trees
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 pytestmark = pytest.mark.gpu
 

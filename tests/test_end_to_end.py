@@ -8,7 +8,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 
 def all_recordings():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 STALE = "overwritten by a subsequent run"
 

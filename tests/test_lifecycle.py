@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 import inductor_xpugraph
 from inductor_xpugraph.trees import graphed_callable
 from inductor_xpugraph.trees import stats as stats_module
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 
 @torch.library.custom_op("inductor_xpugraph_tests::fails_when_captured", mutates_args=())

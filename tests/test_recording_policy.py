@@ -11,12 +11,12 @@ import torch
 
 import inductor_xpugraph
 from inductor_xpugraph.trees import graphify
+from inductor_xpugraph.trees.per_thread import all_trees
 from inductor_xpugraph.trees.recording_policy import (
     RecordingPolicy,
     RecordingSettings,
     upstream_key,
 )
-from inductor_xpugraph.trees.tree import all_trees
 
 # -- the policy on its own ------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 
 def nodes():
@@ -170,12 +170,12 @@ def test_a_thread_running_the_backwards_of_several_threads_finds_each_ones_trees
     trees of the thread that ran its forward, not the first caller's."""
     import threading
 
-    from inductor_xpugraph.trees import tree as tree_module
+    from inductor_xpugraph.trees import per_thread
 
     tables = {}
 
     def make_trees(name):
-        tables[name] = tree_module.thread_trees()
+        tables[name] = per_thread.thread_trees()
 
     for name in ("first", "second"):
         caller = threading.Thread(target=make_trees, args=(name,))
@@ -185,8 +185,8 @@ def test_a_thread_running_the_backwards_of_several_threads_finds_each_ones_trees
 
     def run_backwards():
         for name in ("first", "second", "first"):
-            torch._C._stash_obj_in_tls(tree_module._TLS_KEY, tables[name])
-            found.append(tree_module.thread_trees() is tables[name])
+            torch._C._stash_obj_in_tls(per_thread._TLS_KEY, tables[name])
+            found.append(per_thread.thread_trees() is tables[name])
 
     device_thread = threading.Thread(target=run_backwards)
     device_thread.start()

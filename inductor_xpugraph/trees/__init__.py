@@ -26,9 +26,9 @@ from .debug_checks import CheckedGraphedCallable
 from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
 from .lifetime import PartitionlessRunner
 from .node import Phase
+from .per_thread import all_trees, thread_trees
 from .recording_policy import RecordingSettings, mark_warmup_incomplete
 from .source_lines import source_at_load
-from .tree import all_trees, thread_trees
 
 
 def graphify(

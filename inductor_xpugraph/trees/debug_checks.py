@@ -30,7 +30,8 @@ import torch
 
 from . import messages, stats
 from .graphed_callable import GraphedCallable
-from .tree import GraphTree, thread_trees, tree_for
+from .per_thread import thread_trees, tree_for
+from .tree import GraphTree
 
 
 class GraphMemoryOverwritten(RuntimeError):

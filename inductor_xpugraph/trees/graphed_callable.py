@@ -49,9 +49,10 @@ from .. import config
 from . import messages, stats
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
+from .per_thread import thread_trees, tree_for
 from .recording import InputBuffers, Recording, StaticInput, input_identity
 from .recording_policy import RecordingPolicy, RecordingSettings
-from .tree import GraphTree, thread_trees, tree_for
+from .tree import GraphTree
 
 log = logging.getLogger("inductor_xpugraph")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tree import all_trees
+from .per_thread import all_trees
 
 
 class ReleaseHandle:

@@ -24,7 +24,7 @@ from torch._inductor import cudagraph_trees as upstream_trees
 from torch._inductor import cudagraph_utils
 
 import inductor_xpugraph
-from inductor_xpugraph.trees.tree import all_trees
+from inductor_xpugraph.trees.per_thread import all_trees
 
 _GPU = [
     pytest.mark.gpu,

@@ -14,6 +14,7 @@ each, exiting 2 before it does anything. The exception is decided once, at impor
 command line, so that every other program keeps the rule.
 """
 
+import math
 import os
 import re
 import sys
@@ -33,6 +34,18 @@ def _integer(minimum: int) -> Callable[[str, Any], int]:
         return value
 
     return check
+
+
+def _gigabytes(name: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and value >= 0)
+    ):
+        raise ValueError(
+            f"inductor_xpugraph.config.{name} must be a number of GiB >= 0, got {value!r}"
+        )
+    return float(value)
 
 
 def _boolean(name: str, value: Any) -> bool:
@@ -93,6 +106,8 @@ def environment_value(name: str, variable: str, default: Any) -> Any:
             value = tuple(item.strip() for item in raw.split(",") if item.strip())
         elif isinstance(default, str):  # one of the setting's choices
             value = text
+        elif isinstance(default, float):
+            value = float(text)
         else:
             value = int(text)
         return CHECKS[name](name, value)
@@ -150,6 +165,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "dynamic_shape_warn_limit": _integer(1),
     "skip_dynamic_graphs": _boolean,
     "generation_cloning": _boolean,
+    "initial_pool_allocation_gb": _gigabytes,
     "pending_backward_records_limit": _integer(1),
     "allocator_checkpointing": _boolean,
     "debug_checks": _boolean,

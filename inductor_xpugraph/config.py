@@ -63,6 +63,16 @@ generation_cloning: bool = _from_environment(
     "generation_cloning", "INDUCTOR_XPUGRAPH_GENERATION_CLONING", False
 )
 
+# GiB the device's graph pool reserves when it is made (0: none): one large segment that the
+# recordings carve up, instead of segments added one at a time as graphs are recorded (less
+# fragmentation). Upstream's ``triton.cudagraph_initial_mempool_allocation_gb`` (torch >= 2.15)
+# replaces it where set. A device whose allocator cannot place memory in a pool outside a
+# capture says once that it has no effect there. Read when a graph is compiled; the callable
+# that first records or warms up in a new pool decides.
+initial_pool_allocation_gb: float = _from_environment(
+    "initial_pool_allocation_gb", "INDUCTOR_XPUGRAPH_INITIAL_POOL_ALLOCATION_GB", 0.0
+)
+
 # A step that cannot end, because outputs the caller keeps may still be backpropagated,
 # records each call of a graph below the last (an evaluation loop without torch.no_grad()
 # that keeps its outputs). Once a graph has this many recordings on the current path, its

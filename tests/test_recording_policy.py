@@ -513,3 +513,76 @@ def test_an_upstream_setting_that_has_no_effect_here_says_so_once(monkeypatch, c
     assert len(said) == 1 and "has no effect here" in said[0] and "rerecord_limit" in said[0]
     RecordingSettings.current()  # back at its default: nothing more is said
     assert len([r for r in caplog.records if name in r.getMessage()]) == 1
+
+
+# -- the pool's initial allocation -------------------------------------------------------------
+
+
+def _pool_segment_bytes(tree) -> int:
+    """Bytes of the device segments in ``tree``'s pool (cuda), or what the emulated pool was
+    asked to reserve."""
+    if not hasattr(tree._pool, "handle"):
+        return tree._pool.reserved_bytes
+    handle = tuple(tree._pool.handle)
+    return sum(
+        segment["total_size"]
+        for segment in torch.cuda.memory_snapshot()
+        if tuple(segment.get("segment_pool_id", ())) == handle
+    )
+
+
+def test_the_pool_reserves_the_initial_allocation_when_it_is_made(device):
+    model = torch.nn.Linear(8, 8).to(device)
+    with inductor_xpugraph.config.patch(initial_pool_allocation_gb=0.25):
+        compiled = torch.compile(model, mode="reduce-overhead")
+        x = torch.randn(4, 8, device=device)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x), model(x))
+    (tree,) = [tree for tree in all_trees() if tree.nodes()]
+    assert _pool_segment_bytes(tree) >= 2**28
+
+
+def test_without_an_initial_allocation_the_pool_reserves_nothing_up_front(device):
+    model = torch.nn.Linear(8, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 8, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+    (tree,) = [tree for tree in all_trees() if tree.nodes()]
+    assert _pool_segment_bytes(tree) < 2**28
+
+
+@needs_upstream("cudagraph_initial_mempool_allocation_gb")
+def test_upstreams_initial_mempool_allocation_replaces_ours_where_set():
+    with inductor_xpugraph.config.patch(initial_pool_allocation_gb=1.0):
+        assert RecordingSettings.current().initial_pool_bytes == 2**30
+        with upstream(cudagraph_initial_mempool_allocation_gb=0.5):
+            assert RecordingSettings.current().initial_pool_bytes == 2**29
+
+
+def test_a_pool_that_cannot_reserve_says_so_once_and_grows_as_graphs_record(
+    emulator, monkeypatch, caplog
+):
+    from inductor_xpugraph.trees import tree as tree_module
+    from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
+
+    def out_of_memory(self, pool, nbytes):
+        raise torch.OutOfMemoryError("out of memory")
+
+    monkeypatch.setattr(CpuEmulationBackend, "reserve_in_pool", out_of_memory)
+    monkeypatch.setattr(tree_module, "_said_cannot_reserve", set())
+    with inductor_xpugraph.config.patch(initial_pool_allocation_gb=64.0):
+        compiled = torch.compile(lambda x: x.sin() * 2, mode="reduce-overhead")
+        for _ in range(3):
+            x = torch.randn(8)
+            torch.testing.assert_close(compiled(x), x.sin() * 2)
+        assert inductor_xpugraph.stats()["records"] == 1
+        inductor_xpugraph.reset()
+        for _ in range(2):  # a new pool, which cannot reserve either: not said again
+            compiled(x)
+    said = [
+        r.getMessage() for r in caplog.records if "initial_pool_allocation_gb" in r.getMessage()
+    ]
+    assert len(said) == 1 and "64.00 GiB failed" in said[0]

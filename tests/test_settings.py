@@ -29,6 +29,12 @@ def test_boolean_environment_values_are_parsed(text, expected, monkeypatch):
     assert value is expected
 
 
+def test_a_size_in_gib_from_the_environment_is_a_float(monkeypatch):
+    variable = "INDUCTOR_XPUGRAPH_INITIAL_POOL_ALLOCATION_GB"
+    monkeypatch.setenv(variable, "0.25")
+    assert environment_value("initial_pool_allocation_gb", variable, 0.0) == 0.25
+
+
 @pytest.mark.parametrize(
     "name, variable, text",
     [
@@ -36,6 +42,9 @@ def test_boolean_environment_values_are_parsed(text, expected, monkeypatch):
         ("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "abc"),
         ("rerecord_limit", "INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "-1"),
         ("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0"),
+        ("initial_pool_allocation_gb", "INDUCTOR_XPUGRAPH_INITIAL_POOL_ALLOCATION_GB", "lots"),
+        ("initial_pool_allocation_gb", "INDUCTOR_XPUGRAPH_INITIAL_POOL_ALLOCATION_GB", "-1"),
+        ("initial_pool_allocation_gb", "INDUCTOR_XPUGRAPH_INITIAL_POOL_ALLOCATION_GB", "inf"),
     ],
 )
 def test_a_bad_environment_value_is_refused_naming_the_variable_and_the_value(
@@ -126,6 +135,8 @@ def test_a_command_other_than_the_doctor_stops_at_a_bad_setting_in_one_line(tmp_
         ("allocator_checkpointing", "false"),
         ("skip_dynamic_graphs", 1),
         ("debug_checks", "yes"),
+        ("initial_pool_allocation_gb", -0.5),
+        ("initial_pool_allocation_gb", True),
     ],
 )
 def test_a_bad_value_set_in_code_raises_and_keeps_the_old_one(name, value):

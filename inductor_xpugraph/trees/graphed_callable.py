@@ -257,6 +257,8 @@ class GraphedCallable:
         invalidate.
         """
         input_ids = {id(arg) for arg in args}
+        if warmup:
+            tree.initial_pool_bytes = self.policy.settings.initial_pool_bytes
         outputs = tree.warm_up(self.fn, args) if warmup else tree.backend.warmup(self.fn, args)
         tree.hand_out_eager(self.identity, [out for out in outputs if id(out) not in input_ids])
         return outputs
@@ -384,6 +386,7 @@ class GraphedCallable:
         capture_args = list(args)
         args.clear()
         input_buffers = InputBuffers(copied, copy_values=tree.backend.capture_executes)
+        tree.initial_pool_bytes = self.policy.settings.initial_pool_bytes
         try:
             graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
         except Exception as error:

@@ -239,6 +239,11 @@ def stale_output(device: str, name: str, dropped_by_reset: bool = False) -> str:
     return template.format(device=device, name=name)
 
 
+CANNOT_RESERVE_POOL = (
+    "inductor_xpugraph: initial_pool_allocation_gb (upstream's "
+    "triton.cudagraph_initial_mempool_allocation_gb) has no effect on %s: %s. The pool grows "
+    "as graphs are recorded"
+)
 CANNOT_CLONE_OUTPUTS = (
     "inductor_xpugraph: generation_cloning (upstream's triton.cudagraph_trees_generation_cloning) "
     "has no effect on this torch: it cannot copy graph memory out of the pool (torch >= 2.13 "

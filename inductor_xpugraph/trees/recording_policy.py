@@ -68,9 +68,6 @@ NOT_APPLIED = {
     "cudagraph_unexpected_rerecord_limit": (
         "the thrash guard counts every re-record on one clock: set rerecord_limit"
     ),
-    "cudagraph_initial_mempool_allocation_gb": (
-        "the pool is not reserved up front (graphs allocate in it as they are recorded)"
-    ),
     "cudagraph_managed_input_rerecord_limit": (
         "an input another graph produced at a new address re-records its graph, counted by "
         "rerecord_limit"
@@ -110,13 +107,15 @@ class RecordingSettings:
     rerecord_window: int = 64  # ... within this many generations
     # outputs still referenced when a generation ends are copied out of the pool (``handed_out``)
     clone_live_outputs: bool = False
+    # bytes the device's pool reserves when it is made (``GraphTree.initial_pool_bytes``)
+    initial_pool_bytes: int = 0
 
     @classmethod
     def current(cls) -> RecordingSettings:
         """The settings as this thread sees them: ours, and upstream's where torch has them
         (``capture_sizes``, ``skip_cudagraph_warmup``, ``force_cudagraphs_warmup`` from 2.11;
-        ``cudagraph_dynamic_shape_rerecord_limit`` and ``cudagraph_trees_generation_cloning``
-        from 2.15). Upstream's re-record limit
+        ``cudagraph_dynamic_shape_rerecord_limit``, ``cudagraph_trees_generation_cloning`` and
+        ``cudagraph_initial_mempool_allocation_gb`` from 2.15). Upstream's re-record limit
         and warn limit replace ours where the user set them (None or 0: no limit, no
         warning)."""
         sizes, _ = _upstream("cudagraph_capture_sizes", None)
@@ -125,6 +124,9 @@ class RecordingSettings:
         limit, limit_set = _upstream("cudagraph_dynamic_shape_rerecord_limit", None)
         warn, warn_set = _upstream("cudagraph_dynamic_shape_warn_limit", None)
         cloning, _ = _upstream("cudagraph_trees_generation_cloning", None)
+        pool_gb, pool_gb_set = _upstream("cudagraph_initial_mempool_allocation_gb", None)
+        if not pool_gb_set:
+            pool_gb = config.initial_pool_allocation_gb
         if not limit_set:
             limit = config.dynamic_shape_warn_limit if config.skip_dynamic_graphs else None
         for name, why in NOT_APPLIED.items():
@@ -144,6 +146,7 @@ class RecordingSettings:
             rerecord_limit=config.rerecord_limit,
             rerecord_window=config.rerecord_window,
             clone_live_outputs=clone,
+            initial_pool_bytes=int((pool_gb or 0) * 2**30),
         )
 
     @classmethod

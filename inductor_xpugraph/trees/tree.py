@@ -76,6 +76,10 @@ from .recording import InputBuffers, OutputBlock, Recording
 log = logging.getLogger("inductor_xpugraph")
 
 
+# Devices on which a pool could not reserve its initial allocation, said once each.
+_said_cannot_reserve: set[str] = set()
+
+
 def current_generation() -> int:
     """Upstream's generation: the mark-step counter once used, else the compile invocation."""
     return MarkStepBox.mark_step_counter or GenerationTracker.generation
@@ -98,6 +102,9 @@ class GraphTree:
         # Captures (and everything else off the replay fast path) are serialised.
         self.lock = threading.RLock()
         self._seq = itertools.count(1)
+        # What a new pool reserves up front: set by the callable that records or warms up
+        # first in it, from its settings (``initial_pool_allocation_gb``).
+        self.initial_pool_bytes = 0
         self._start_empty()
 
     def _start_empty(self) -> None:
@@ -142,7 +149,21 @@ class GraphTree:
     def pool(self) -> Any:
         if self._pool is None:
             self._pool = self.backend.new_pool()
+            if self.initial_pool_bytes:
+                self._reserve_in_pool(self._pool, self.initial_pool_bytes)
         return self._pool
+
+    def _reserve_in_pool(self, pool: Any, nbytes: int) -> None:
+        """``initial_pool_allocation_gb``: a reservation the device cannot make, or has no
+        memory for, is said once and the pool grows as graphs are recorded."""
+        try:
+            reserved = self.backend.reserve_in_pool(pool, nbytes)
+            why = "its allocator cannot place memory in a pool outside a capture"
+        except RuntimeError as error:  # out of memory
+            reserved, why = False, f"reserving {nbytes / 2**30:.2f} GiB failed ({error})"
+        if not reserved and self.device not in _said_cannot_reserve:
+            _said_cannot_reserve.add(self.device)
+            log.warning(messages.CANNOT_RESERVE_POOL, self.device, why.splitlines()[0])
 
     # -- generations --------------------------------------------------------------------------
 

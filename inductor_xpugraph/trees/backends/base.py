@@ -94,6 +94,11 @@ class GraphBackend(abc.ABC):
         ``pool``, where the captures that follow can reuse them."""
         return self.warmup(fn, args)
 
+    def reserve_in_pool(self, pool: Any, nbytes: int) -> bool:
+        """Allocate ``nbytes`` in ``pool`` and free them, so that the pool keeps one segment
+        of that size for the captures to carve up. False where the device cannot."""
+        return False
+
     # -- allocator checkpoints (optional: see trees.memory) -----------------------------------
 
     #: True when the allocator can save and restore its bookkeeping of a pool.

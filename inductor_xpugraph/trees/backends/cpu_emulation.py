@@ -111,6 +111,12 @@ class EmulatedGraph:
                 globals_[_ALLOCATOR_NAME] = real_alloc
 
 
+class EmulatedPool:
+    """A pool's name, and what it was asked to reserve (``reserve_in_pool``)."""
+
+    reserved_bytes = 0
+
+
 class CpuEmulationBackend(GraphBackend):
     device_type = "cpu"
     capture_executes = True
@@ -123,8 +129,12 @@ class CpuEmulationBackend(GraphBackend):
         self._capturing = threading.local()
         self.is_capturing = self._capture_is_active
 
-    def new_pool(self) -> Any:
-        return object()  # buffers are owned by each EmulatedGraph
+    def new_pool(self) -> EmulatedPool:
+        return EmulatedPool()  # buffers are owned by each EmulatedGraph
+
+    def reserve_in_pool(self, pool: EmulatedPool, nbytes: int) -> bool:
+        pool.reserved_bytes = nbytes  # host memory is not reserved; the request is kept
+        return True
 
     def capture(
         self,

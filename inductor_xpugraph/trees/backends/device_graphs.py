@@ -320,6 +320,21 @@ class DeviceGraphBackend(GraphBackend):
         finally:
             self.after_warmup_in_pool()
 
+    def reserve_in_pool(self, pool: Any, nbytes: int) -> bool:
+        """The allocation routed into the pool as a warmup's are; freed at once, its segment
+        stays cached in the pool, which its keeper graph holds (upstream primes its pool the
+        same way, with an allocation inside an empty capture)."""
+        if not self.warms_up_in_pool:
+            return False
+        with self.on_capture_stream(), _CAPTURES.running(self.device):
+            self.begin_allocate_to_pool(self.device_index, pool.handle)
+            try:
+                torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            finally:
+                self.end_allocate_to_pool(self.device_index, pool.handle)
+                self.release_pool(self.device_index, pool.handle)
+        return True
+
     def prepare_warmup_in_pool(self) -> None:
         """Runs before each warmup in the pool, outside it."""
 

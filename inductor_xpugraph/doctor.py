@@ -303,6 +303,37 @@ def check_settings() -> list[Finding]:
     return [Finding("settings", Status.OK, "valid: " + ", ".join(given))]
 
 
+def check_upstream_settings() -> list[Finding]:
+    """Upstream's settings of its trees, as this process has them: an OK line naming those
+    honoured here and those with no effect, and a WARN per setting with no effect that is set
+    (a script that calls ``diagnose()`` after configuring sees its own)."""
+    import torch
+
+    from .trees.recording_policy import HONOURED, NOT_APPLIED, upstream_settings_set
+
+    triton = torch._inductor.config.triton
+    honoured = [name for name in HONOURED if hasattr(triton, name)]  # this torch's
+    no_effect = [name for name in NOT_APPLIED if hasattr(triton, name)]
+    findings = [
+        Finding(
+            "upstream settings",
+            Status.OK,
+            f"mean the same here: {', '.join(honoured) or 'none'}; no effect: "
+            f"{', '.join(no_effect) or 'none'} (triton.*, docs/upstream-settings.md)",
+        )
+    ]
+    for name in upstream_settings_set():
+        if name in NOT_APPLIED:
+            findings.append(
+                Finding(
+                    "upstream settings",
+                    Status.WARN,
+                    f"triton.{name} is set and has no effect here: {NOT_APPLIED[name]}",
+                )
+            )
+    return findings
+
+
 # -- the command -----------------------------------------------------------------------------------
 
 
@@ -358,6 +389,7 @@ def diagnose(
         *_guarded("device", lambda: check_devices(devices)),
         *_guarded("triton", lambda: check_triton(devices)),
         *_guarded("stale-output errors", check_stale_output_errors),
+        *_guarded("upstream settings", check_upstream_settings),
         *_guarded("registration", lambda: check_registration(devices + emulator)),
     ]
     findings += not_started

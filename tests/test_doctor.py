@@ -197,3 +197,25 @@ def test_a_check_that_raises_is_a_fail_line_not_a_traceback(monkeypatch):
     (triton,) = [finding for finding in findings if finding.check == "triton"]
     assert triton.status is Status.FAIL
     assert triton.detail == "the check raised RuntimeError: cannot read the driver"
+
+
+def test_the_upstream_settings_line_names_those_with_no_effect_here():
+    import torch
+
+    (line,) = doctor.check_upstream_settings()
+    assert line.status is Status.OK and "mean the same here" in line.detail
+    if hasattr(torch._inductor.config.triton, "cudagraph_unexpected_rerecord_limit"):
+        assert "cudagraph_unexpected_rerecord_limit" in line.detail
+
+
+def test_an_upstream_setting_with_no_effect_that_is_set_is_a_warn_line():
+    import torch
+
+    name = "cudagraph_unexpected_rerecord_limit"
+    if not hasattr(torch._inductor.config.triton, name):
+        pytest.skip(f"torch {torch.__version__} has no triton.{name}")
+    default = getattr(torch._inductor.config.triton, name)
+    with torch._inductor.config.patch({f"triton.{name}": default + 1}):
+        findings = doctor.check_upstream_settings()
+    (warn,) = [f for f in findings if f.status is Status.WARN]
+    assert f"triton.{name} is set and has no effect here" in warn.detail

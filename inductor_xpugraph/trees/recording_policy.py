@@ -79,6 +79,23 @@ NOT_APPLIED = {
 }
 
 
+# Upstream's settings of its trees read here, with upstream's meaning (``RecordingSettings``).
+HONOURED = (
+    "cudagraph_capture_sizes",
+    "skip_cudagraph_warmup",
+    "force_cudagraphs_warmup",
+    "cudagraph_dynamic_shape_rerecord_limit",
+    "cudagraph_dynamic_shape_warn_limit",
+    "cudagraph_trees_generation_cloning",
+    "cudagraph_initial_mempool_allocation_gb",
+)
+
+
+def upstream_settings_set() -> list[str]:
+    """Upstream's settings of its trees this thread has set to other than their default."""
+    return [name for name in (*HONOURED, *NOT_APPLIED) if _upstream(name, None)[1]]
+
+
 def _upstream(name: str, default: Any) -> tuple[Any, bool]:
     """Upstream's ``triton.<name>`` and whether the user set it to something other than its
     default; (default, False) on a torch without it. (``_is_default`` alone stays False

@@ -166,6 +166,8 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "skip_dynamic_graphs": _boolean,
     "generation_cloning": _boolean,
     "initial_pool_allocation_gb": _gigabytes,
+    "managed_input_rerecord_limit": _integer(0),
+    "managed_input_rerecord_action": _choice("copy", "skip"),
     "pending_backward_records_limit": _integer(1),
     "allocator_checkpointing": _boolean,
     "debug_checks": _boolean,

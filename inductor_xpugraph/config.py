@@ -63,6 +63,19 @@ generation_cloning: bool = _from_environment(
     "generation_cloning", "INDUCTOR_XPUGRAPH_GENERATION_CLONING", False
 )
 
+# An input that another graph produced (an output of an earlier graph of the step) is not
+# copied: the recording bakes in its address. After it moved this many times at one place in
+# the tree (0: never), the callable's recordings there either copy it, like any other input
+# ("copy"), or the callable runs un-graphed there ("skip"). Upstream's
+# ``triton.cudagraph_managed_input_rerecord_limit`` and ``_action`` (torch >= 2.15), with the
+# same defaults, replace them where set. Read when a graph is compiled.
+managed_input_rerecord_limit: int = _from_environment(
+    "managed_input_rerecord_limit", "INDUCTOR_XPUGRAPH_MANAGED_INPUT_RERECORD_LIMIT", 5
+)
+managed_input_rerecord_action: str = _from_environment(
+    "managed_input_rerecord_action", "INDUCTOR_XPUGRAPH_MANAGED_INPUT_RERECORD_ACTION", "copy"
+)
+
 # GiB the device's graph pool reserves when it is made (0: none): one large segment that the
 # recordings carve up, instead of segments added one at a time as graphs are recorded (less
 # fragmentation). Upstream's ``triton.cudagraph_initial_mempool_allocation_gb`` (torch >= 2.15)

@@ -586,3 +586,59 @@ def test_a_pool_that_cannot_reserve_says_so_once_and_grows_as_graphs_record(
         r.getMessage() for r in caplog.records if "initial_pool_allocation_gb" in r.getMessage()
     ]
     assert len(said) == 1 and "64.00 GiB failed" in said[0]
+
+
+# -- inputs an earlier graph produced, moving -----------------------------------------------------
+
+
+def _consume_each_output_in_turn(device, steps, **settings):
+    """Each step: one graph makes six outputs, a second graph reads one of them, a different
+    one each step (same step: ``mark_step_begin``), so its input moves at every call. Returns
+    the (records, replays) counts after each step."""
+    counts = []
+    with inductor_xpugraph.config.patch(**settings):
+        produce = torch.compile(lambda x: tuple(x + i for i in range(6)), mode="reduce-overhead")
+        consume = torch.compile(lambda y: y * 2, mode="reduce-overhead")
+        x = torch.randn(8, device=device)
+        for step in range(steps):
+            torch.compiler.cudagraph_mark_step_begin()
+            outputs = produce(x)
+            torch.testing.assert_close(consume(outputs[step % 6]), (x + step % 6) * 2)
+            stats = inductor_xpugraph.stats()
+            counts.append((stats["records"], stats["replays"]))
+    return counts
+
+
+def test_an_input_an_earlier_graph_produced_that_keeps_moving_is_copied_after_the_limit(device):
+    counts = _consume_each_output_in_turn(device, 20, managed_input_rerecord_limit=5)
+    stats = inductor_xpugraph.stats()
+    assert (stats["rerecords"], stats["fallbacks"]) == (5, 0)
+    records, replays = counts[-7]
+    assert counts[-1] == (records, replays + 2 * 6)  # both graphs replay at every step
+
+
+def test_with_the_skip_action_the_reader_runs_ungraphed_there_after_the_limit(device):
+    counts = _consume_each_output_in_turn(
+        device, 20, managed_input_rerecord_limit=5, managed_input_rerecord_action="skip"
+    )
+    stats = inductor_xpugraph.stats()
+    (reason,) = stats["skip_reasons"]
+    assert "moved 5 times here" in reason and "'skip'" in reason
+    assert stats["fallbacks"] == 0
+    assert counts[-1][0] == counts[-7][0]  # nothing records any more
+
+
+def test_without_a_managed_input_limit_the_thrash_guard_stops_the_reader(device):
+    _consume_each_output_in_turn(device, 20, managed_input_rerecord_limit=0)
+    assert inductor_xpugraph.stats()["fallbacks"] == 1
+
+
+@needs_upstream("cudagraph_managed_input_rerecord_limit")
+def test_upstreams_managed_input_settings_replace_ours_where_set():
+    with inductor_xpugraph.config.patch(managed_input_rerecord_limit=2):
+        assert RecordingSettings.current().managed_limit == 2
+        with upstream(
+            cudagraph_managed_input_rerecord_limit=3, cudagraph_managed_input_rerecord_action="skip"
+        ):
+            settings = RecordingSettings.current()
+    assert (settings.managed_limit, settings.managed_action) == (3, "skip")

@@ -221,6 +221,8 @@ class GraphedCallable:
                 reason = messages.WARMUP_OUTPUTS_HELD
                 stats.record_event(stats.EventKind.PENDING_BACKWARD, reason, self.name, self.source)
             return self._run_eagerly(tree, args, warmup=True)
+        if tree.current in self.policy.ungraphed_at:  # its inputs kept moving here ("skip")
+            return self.fn(args)
         variants = tree.current.variants((self.id, key))
         matching = [v for v in variants if v.recording.static_inputs_match(args)]
         for node in matching:  # the first whose reused memory is free now
@@ -296,6 +298,15 @@ class GraphedCallable:
         """Record for new addresses of the static inputs, keeping the other recordings."""
         recording = variants[0].recording
         moved, replaced = recording.changed_inputs(args)
+        produced = [i for i in moved if i not in self.static_inputs]  # by earlier graphs
+        reached = self.policy.note_managed_moves(tree.current, produced, not self.mutated_inputs)
+        if reached:
+            limit, words = self.policy.settings.managed_limit, self.describe_inputs(reached)
+            if tree.current in self.policy.ungraphed_at:
+                reason = messages.managed_inputs_skip(words, limit)
+                stats.record_skip(reason, self.name, self.source)
+                return self.fn(args)
+            log.info(messages.managed_inputs_copied(words, limit))
         # An address set seen before was recorded here and dropped since, by the bound.
         dropped = self.policy.seen_before(recording.input_identity(args))
         if self.policy.note_rerecord(tree.generations_started):
@@ -352,10 +363,12 @@ class GraphedCallable:
         path_blocks = tree.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
+        copied_here = self.policy.copied_at.get(tree.current, ())  # moved too often here
         static = [
             i
             for i in tensor_inputs
-            if i in self.static_inputs or args[i].untyped_storage().data_ptr() in path_blocks
+            if i in self.static_inputs
+            or (args[i].untyped_storage().data_ptr() in path_blocks and i not in copied_here)
         ]
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]

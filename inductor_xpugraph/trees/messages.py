@@ -22,6 +22,22 @@ def rerecord(what_changed: str) -> str:
     return f"{what_changed}; recording a variant"
 
 
+def managed_inputs_copied(inputs: str, limit: int) -> str:
+    """``inputs``, outputs of earlier graphs, moved ``limit`` times at this place."""
+    return (
+        f"{inputs}, produced by an earlier graph, moved {limit} times here: copied from now on "
+        "(managed_input_rerecord_action='copy')"
+    )
+
+
+def managed_inputs_skip(inputs: str, limit: int) -> str:
+    return (
+        f"{inputs}, produced by an earlier graph, moved {limit} times here: this graph runs "
+        "un-graphed after that graph from now on (managed_input_rerecord_action='skip'; "
+        "upstream's triton.cudagraph_managed_input_rerecord_limit)"
+    )
+
+
 def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
     """``moved``/``replaced``: the inputs with new addresses, the object inputs that are other
     objects than at capture (each as ``describe_inputs`` words them), or None."""

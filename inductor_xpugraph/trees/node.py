@@ -77,6 +77,7 @@ class GraphNode:
         "source",
         "clones_live_outputs",
         "replays",
+        "__weakref__",  # places a callable's policy counts moved inputs at
     )
 
     def __init__(

@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -68,14 +69,6 @@ NOT_APPLIED = {
     "cudagraph_unexpected_rerecord_limit": (
         "the thrash guard counts every re-record on one clock: set rerecord_limit"
     ),
-    "cudagraph_managed_input_rerecord_limit": (
-        "an input another graph produced at a new address re-records its graph, counted by "
-        "rerecord_limit"
-    ),
-    "cudagraph_managed_input_rerecord_action": (
-        "an input another graph produced at a new address re-records its graph, counted by "
-        "rerecord_limit"
-    ),
 }
 
 
@@ -88,6 +81,8 @@ HONOURED = (
     "cudagraph_dynamic_shape_warn_limit",
     "cudagraph_trees_generation_cloning",
     "cudagraph_initial_mempool_allocation_gb",
+    "cudagraph_managed_input_rerecord_limit",
+    "cudagraph_managed_input_rerecord_action",
 )
 
 
@@ -126,6 +121,9 @@ class RecordingSettings:
     clone_live_outputs: bool = False
     # bytes the device's pool reserves when it is made (``GraphTree.initial_pool_bytes``)
     initial_pool_bytes: int = 0
+    # moves of an input another graph produced, at one place, before ``managed_action``
+    managed_limit: int = 5  # 0: never
+    managed_action: str = "copy"  # or "skip"
 
     @classmethod
     def current(cls) -> RecordingSettings:
@@ -141,6 +139,12 @@ class RecordingSettings:
         limit, limit_set = _upstream("cudagraph_dynamic_shape_rerecord_limit", None)
         warn, warn_set = _upstream("cudagraph_dynamic_shape_warn_limit", None)
         cloning, _ = _upstream("cudagraph_trees_generation_cloning", None)
+        managed_limit, managed_limit_set = _upstream("cudagraph_managed_input_rerecord_limit", 5)
+        if not managed_limit_set:
+            managed_limit = config.managed_input_rerecord_limit
+        managed_action, action_set = _upstream("cudagraph_managed_input_rerecord_action", "copy")
+        if not action_set:
+            managed_action = config.managed_input_rerecord_action
         pool_gb, pool_gb_set = _upstream("cudagraph_initial_mempool_allocation_gb", None)
         if not pool_gb_set:
             pool_gb = config.initial_pool_allocation_gb
@@ -164,6 +168,8 @@ class RecordingSettings:
             rerecord_window=config.rerecord_window,
             clone_live_outputs=clone,
             initial_pool_bytes=int((pool_gb or 0) * 2**30),
+            managed_limit=managed_limit or 0,
+            managed_action=managed_action,
         )
 
     @classmethod
@@ -212,6 +218,14 @@ class RecordingPolicy:
         self.recent_rerecords: list[int] = []
         self.rerecords = 0  # re-records, in all
         self.stopped_because: str | None = None  # un-graphed for good, and why
+        # Per place in the tree (the node a recording goes below): how often each input that
+        # another graph produced moved there; those copied there from now on ("copy"); and
+        # whether the callable runs un-graphed there ("skip").
+        self.managed_moves: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.copied_at: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
+        self.ungraphed_at: weakref.WeakSet[Any] = weakref.WeakSet()
 
     @property
     def sizes_seen(self) -> int:
@@ -283,6 +297,32 @@ class RecordingPolicy:
             return True
         self.rerecords += 1
         return False
+
+    def note_managed_moves(self, place: Any, moved: list[int], copyable: bool) -> list[int]:
+        """Count, at ``place``, one move of each input in ``moved`` that another graph
+        produced; the inputs that reach ``managed_limit`` with it. With the "copy" action
+        (and ``copyable``: the callable mutates no input) those are copied from now on
+        (``copied_at``); with "skip", the callable runs un-graphed there (``ungraphed_at``)."""
+        settings = self.settings
+        if not settings.managed_limit or not moved:
+            return []
+        copy = settings.managed_action == "copy"
+        if copy and not copyable:
+            return []
+        counts = self.managed_moves.setdefault(place, {})
+        copied = self.copied_at.get(place, frozenset())
+        reached = []
+        for i in moved:
+            if i in copied:
+                continue
+            counts[i] = counts.get(i, 0) + 1
+            if counts[i] >= settings.managed_limit:
+                reached.append(i)
+        if reached and copy:
+            self.copied_at[place] = copied | frozenset(reached)
+        elif reached:
+            self.ungraphed_at.add(place)
+        return reached
 
     @property
     def limits(self) -> tuple[int, int]:

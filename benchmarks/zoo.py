@@ -286,7 +286,8 @@ def merge(paths: list[str]) -> tuple[dict[str, Any], list[dict]]:
             **part.get("skipped_models", {}),
         }
         for row in data["rows"]:
-            row.setdefault("commit", part.get("commit"))
+            if part.get("commit"):
+                row.setdefault("commit", part["commit"])
             by_key[(row["model"], row["mode"], row["impl"])] = row
     return meta, list(by_key.values())
 

@@ -52,6 +52,7 @@ errors, gradients handed over, outputs passed back in): ``handed_out``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import threading
@@ -374,7 +375,8 @@ class GraphTree:
             ):
                 return self.backend.warmup(fn, args)
             if fn not in self.warmed_up_fns:  # what its compilation left cached goes
-                self.warmed_up_fns.add(fn)
+                with contextlib.suppress(TypeError):  # a callable no weak reference can hold
+                    self.warmed_up_fns.add(fn)
                 self.backend.release_cached_memory()
             try:
                 memory.prepare_warmup(self.current, self.pool)  # may make the pool

@@ -232,4 +232,3 @@ def test_the_captures_of_a_step_are_summarised_in_one_info_line(device, caplog):
     assert ": captured 2 graph(s) in " in lines[0]
     pool_mib = inductor_xpugraph.stats()["pool_bytes"] / 2**20
     assert pool_mib >= 1 and f"graph outputs now hold {pool_mib:.1f} MiB of the pool" in lines[0]
-

@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from inductor_xpugraph.trees.inputs import InputBuffers, StaticInput
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
 from inductor_xpugraph.trees.node import CallableIdentity, Phase
-from inductor_xpugraph.trees.recording import InputBuffers, Recording, StaticInput
+from inductor_xpugraph.trees.recording import Recording
 from inductor_xpugraph.trees.tree import GraphTree
 
 

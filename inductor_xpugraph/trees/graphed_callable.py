@@ -47,10 +47,11 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
+from .inputs import InputBuffers, StaticInput, input_identity
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
 from .per_thread import thread_trees, tree_for
-from .recording import InputBuffers, Recording, StaticInput, input_identity
+from .recording import Recording
 from .recording_policy import RecordingPolicy, RecordingSettings
 from .tree import GraphTree
 

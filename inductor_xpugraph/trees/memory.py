@@ -33,7 +33,7 @@ the time a node is captured can serve that capture, as it would without graphs.
   the block returns to the pool exactly when the captured code drops the argument after its
   last use. A loan the capture drops is consumed; one that survives (an output aliases it)
   is owned again. The static buffers of copied inputs are allocated inside the capture
-  (``recording.InputBuffers``): a forward that saves its input batch for the backward
+  (``inputs.InputBuffers``): a forward that saves its input batch for the backward
   returns that buffer as an output, which the backward can consume like any activation.
 The new node records both kinds (``GraphNode.reused_outputs``). A replay first drops the
 caller's references to consumed arguments, then checks that nothing references the reused

@@ -42,14 +42,15 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from .backends import Graph
+from .inputs import StaticInput, input_copier, input_identity, writable_view
 from .invalidation import StorageInvalidator, copy_out_of_pool
-from .storages import alias_over, tensor_over, unowned
+from .storages import tensor_over, unowned
 
 # torch's C++ loop over input addresses (CUDA builds); elsewhere the Python loop.
 _data_ptrs_at_indices_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
@@ -58,20 +59,6 @@ _use_count = torch._C._storage_Use_Count
 
 # Where an output lies: (block, storage offset, size, stride, dtype).
 Layout = tuple["OutputBlock", int, torch.Size, tuple[int, ...], torch.dtype]
-
-
-class StaticInput(NamedTuple):
-    """A tensor input a replay does not copy, as it was at capture: a parameter, a buffer, an
-    output of an earlier graph of the path. A replay needs it at the same address."""
-
-    index: int  # argument position
-    address: int  # data_ptr()
-    storage_address: int  # untyped_storage().data_ptr(): tells which path block it lies in
-
-    @classmethod
-    def of(cls, args: Sequence[Any], index: int) -> StaticInput:
-        tensor = args[index]
-        return cls(index, tensor.data_ptr(), tensor.untyped_storage().data_ptr())
 
 
 class OutputBlock:
@@ -166,7 +153,7 @@ class Recording:
         # so that a copy never writes one memory location twice.
         self._copy_targets = [writable_view(buffer) for buffer in self.input_buffers]
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
-        self._copy_inputs = _input_copier(self.copied_inputs, self._copy_targets, self._expanded)
+        self._copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
@@ -358,16 +345,6 @@ class Recording:
         ]
 
 
-def input_identity(
-    args: Sequence[Any], static_indices: Sequence[int], object_indices: Sequence[int]
-) -> tuple[int, ...]:
-    """The addresses of the static tensors and the identities of the object inputs: two
-    calls with the same identity can replay the same recording."""
-    return tuple(args[i].data_ptr() for i in static_indices) + tuple(
-        id(args[i]) for i in object_indices
-    )
-
-
 def _output_layouts(
     outputs: Sequence[Any],
     input_storages: set[int],
@@ -407,38 +384,6 @@ def _output_layouts(
         layouts.append((block, out.storage_offset(), out.size(), out.stride(), out.dtype))
         constants.append(None)
     return layouts, constants, list(blocks.values())
-
-
-class InputBuffers:
-    """Places a capture's copied inputs in its pool: the static buffers replays copy into.
-
-    Called inside the capture, before the captured callable (``GraphBackend.capture``): each
-    copied input in ``args`` is replaced by a new tensor of its layout, allocated where the
-    capture allocates. The graph then owns that memory like its scratch: the captured code
-    frees it after its last use, unless an output keeps it (a forward returns its input
-    batch, saved for the backward; the backward may consume it). ``views`` are tensors over
-    the buffers that do not keep them allocated, in the order of ``indices``.
-
-    ``copy_values``: for a capture that executes what it captures (the CPU emulator's), so
-    that the callable never reads garbage; a stream capture executes nothing (a copy would
-    only be captured into the graph).
-    """
-
-    def __init__(self, indices: Sequence[int], copy_values: bool) -> None:
-        self.indices = indices
-        self.copy_values = copy_values
-        self.views: list[torch.Tensor] = []
-
-    def __call__(self, args: list[Any]) -> None:
-        for i in self.indices:
-            arg = args[i]
-            buffer = torch.empty_strided(
-                arg.size(), arg.stride(), dtype=arg.dtype, device=arg.device
-            )
-            if self.copy_values:
-                writable_view(buffer).copy_(writable_view(arg))
-            self.views.append(alias_over(buffer, unowned(buffer.untyped_storage())))
-            args[i] = buffer
 
 
 def _held_positions(
@@ -486,43 +431,5 @@ def _measure_own_refs() -> int:
 _OWN_REFS = _measure_own_refs()
 
 
-# The per-replay input copy is specialised once, at record time, for what the graph has:
-# most graphs have zero or one copied input, and a replay of ``x + 1`` is dominated by this
-# Python (measured by benchmarks/replay_path.py).
-
-
-def _input_copier(
-    indices: tuple[int, ...], targets: list[torch.Tensor], expanded: list[bool]
-) -> Callable[[Sequence[Any]], Any]:
-    if not indices:
-        return _no_inputs_to_copy
-    if len(indices) == 1 and not expanded[0]:
-        (index,), (target,) = indices, targets
-        return lambda args: target.copy_(args[index])
-    if not any(expanded):
-        return lambda args: torch._foreach_copy_(targets, [args[i] for i in indices])
-
-    def copy_expanded(args: Sequence[Any]) -> None:
-        sources = [
-            writable_view(args[i]) if is_expanded else args[i]
-            for i, is_expanded in zip(indices, expanded)
-        ]
-        torch._foreach_copy_(targets, sources)  # one batched launch for all inputs
-
-    return copy_expanded
-
-
-def _no_inputs_to_copy(args: Sequence[Any]) -> None:
-    pass
-
-
 def _released(args: list[Any]) -> Any:
     raise RuntimeError("inductor_xpugraph internal error: replay of a dropped recording")
-
-
-def writable_view(t: torch.Tensor) -> torch.Tensor:
-    """``t`` narrowed to one element along each expanded (stride 0) dimension."""
-    for dim, (size, stride) in enumerate(zip(t.size(), t.stride())):
-        if stride == 0 and size > 1:
-            t = t.narrow(dim, 0, 1)
-    return t

@@ -69,10 +69,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from . import messages, stats
 from .backends import GraphBackend, backend_class
 from .handed_out import HandedOut
+from .inputs import InputBuffers
 from .invalidation import can_copy_out_of_pool
 from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
 from .node import CallableIdentity, GraphNode, Phase
-from .recording import InputBuffers, OutputBlock, Recording
+from .recording import OutputBlock, Recording
 
 log = logging.getLogger("inductor_xpugraph")
 

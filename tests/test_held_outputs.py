@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
+from inductor_xpugraph.trees import stats
 from inductor_xpugraph.trees.per_thread import all_trees
 
 STALE = "overwritten by a subsequent run"
@@ -465,7 +466,7 @@ def test_generation_cloning_on_a_torch_that_cannot_copy_out_of_the_pool_says_so_
     from inductor_xpugraph.trees import recording_policy
 
     monkeypatch.setattr(recording_policy, "can_copy_out_of_pool", lambda: False)
-    monkeypatch.setattr(recording_policy, "_said", set())
+    monkeypatch.setattr(stats, "_said", set())
     with inductor_xpugraph.config.patch(generation_cloning=True):
         settings = [recording_policy.RecordingSettings.current() for _ in range(2)]
     assert not any(s.clone_live_outputs for s in settings)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.trees import graphify
+from inductor_xpugraph.trees import graphify, stats
 from inductor_xpugraph.trees.per_thread import all_trees
 from inductor_xpugraph.trees.recording_policy import (
     RecordingPolicy,
@@ -499,9 +499,7 @@ def test_upstreams_call_asks_ours_for_another_warmup_too(device):
 
 
 def test_an_upstream_setting_that_has_no_effect_here_says_so_once(monkeypatch, caplog):
-    from inductor_xpugraph.trees import recording_policy
-
-    monkeypatch.setattr(recording_policy, "_said", set())
+    monkeypatch.setattr(stats, "_said", set())
     name = "cudagraph_unexpected_rerecord_limit"
     if not hasattr(torch._inductor.config.triton, name):
         pytest.skip(f"torch {torch.__version__} has no triton.{name}")
@@ -531,27 +529,25 @@ def _pool_segment_bytes(tree) -> int:
     )
 
 
-def test_the_pool_reserves_the_initial_allocation_when_it_is_made(device):
+def _pool_bytes_after_three_calls(device, **settings) -> int:
+    """``_pool_segment_bytes`` of the tree of a Linear compiled and called three times."""
     model = torch.nn.Linear(8, 8).to(device)
-    with inductor_xpugraph.config.patch(initial_pool_allocation_gb=0.25):
+    with inductor_xpugraph.config.patch(**settings):
         compiled = torch.compile(model, mode="reduce-overhead")
         x = torch.randn(4, 8, device=device)
         with torch.no_grad():
             for _ in range(3):
                 torch.testing.assert_close(compiled(x), model(x))
     (tree,) = [tree for tree in all_trees() if tree.nodes()]
-    assert _pool_segment_bytes(tree) >= 2**28
+    return _pool_segment_bytes(tree)
+
+
+def test_the_pool_reserves_the_initial_allocation_when_it_is_made(device):
+    assert _pool_bytes_after_three_calls(device, initial_pool_allocation_gb=0.25) >= 2**28
 
 
 def test_without_an_initial_allocation_the_pool_reserves_nothing_up_front(device):
-    model = torch.nn.Linear(8, 8).to(device)
-    compiled = torch.compile(model, mode="reduce-overhead")
-    x = torch.randn(4, 8, device=device)
-    with torch.no_grad():
-        for _ in range(3):
-            compiled(x)
-    (tree,) = [tree for tree in all_trees() if tree.nodes()]
-    assert _pool_segment_bytes(tree) < 2**28
+    assert _pool_bytes_after_three_calls(device) < 2**28
 
 
 @needs_upstream("cudagraph_initial_mempool_allocation_gb")
@@ -565,14 +561,13 @@ def test_upstreams_initial_mempool_allocation_replaces_ours_where_set():
 def test_a_pool_that_cannot_reserve_says_so_once_and_grows_as_graphs_record(
     emulator, monkeypatch, caplog
 ):
-    from inductor_xpugraph.trees import tree as tree_module
     from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
 
     def out_of_memory(self, pool, nbytes):
         raise torch.OutOfMemoryError("out of memory")
 
     monkeypatch.setattr(CpuEmulationBackend, "reserve_in_pool", out_of_memory)
-    monkeypatch.setattr(tree_module, "_said_cannot_reserve", set())
+    monkeypatch.setattr(stats, "_said", set())
     with inductor_xpugraph.config.patch(initial_pool_allocation_gb=64.0):
         compiled = torch.compile(lambda x: x.sin() * 2, mode="reduce-overhead")
         for _ in range(3):

@@ -303,7 +303,7 @@ class GraphedCallable:
         reached = self.policy.note_managed_moves(tree.current, produced, not self.mutated_inputs)
         if reached:
             limit, words = self.policy.settings.managed_limit, self.describe_inputs(reached)
-            if tree.current in self.policy.ungraphed_at:
+            if self.policy.settings.managed_action == "skip":
                 reason = messages.managed_inputs_skip(words, limit)
                 stats.record_skip(reason, self.name, self.source)
                 return self.fn(args)

@@ -152,10 +152,10 @@ class RecordingSettings:
             limit = config.dynamic_shape_warn_limit if config.skip_dynamic_graphs else None
         for name, why in NOT_APPLIED.items():
             if _upstream(name, None)[1]:
-                _say_once(messages.upstream_setting_not_applied(name, why))
+                stats.warn_once(messages.upstream_setting_not_applied(name, why))
         clone = cloning == "user_visible" or config.generation_cloning
         if clone and not can_copy_out_of_pool():
-            _say_once(messages.CANNOT_CLONE_OUTPUTS)
+            stats.warn_once(messages.CANNOT_CLONE_OUTPUTS)
             clone = False
         return cls(
             warmup_runs=0 if skip_warmup else config.warmup_runs,
@@ -183,15 +183,6 @@ class RecordingSettings:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-_said: set[str] = set()
-
-
-def _say_once(message: str) -> None:
-    if message not in _said:
-        _said.add(message)
-        log.warning(message)
 
 
 def upstream_key(key: tuple[int, ...]) -> int | tuple[int, ...] | None:

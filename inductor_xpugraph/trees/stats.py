@@ -93,6 +93,18 @@ def record_event(
     return event
 
 
+def warn_once(message: str) -> None:
+    """Log a warning the first time this process says ``message`` (a setting with no effect
+    here, a pool that could not reserve): never again, whatever resets run."""
+    if message not in _said:
+        _said.add(message)
+        log.warning(message)
+
+
+# Every message ``warn_once`` said.
+_said: set[str] = set()
+
+
 def record_skip(
     reason: str, graph: str | None = None, source: str | None = None, level: int | None = None
 ) -> None:

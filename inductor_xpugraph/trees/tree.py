@@ -78,10 +78,6 @@ from .recording import OutputBlock, Recording
 log = logging.getLogger("inductor_xpugraph")
 
 
-# Devices on which a pool could not reserve its initial allocation, said once each.
-_said_cannot_reserve: set[str] = set()
-
-
 def current_generation() -> int:
     """Upstream's generation: the mark-step counter once used, else the compile invocation."""
     return MarkStepBox.mark_step_counter or GenerationTracker.generation
@@ -159,13 +155,12 @@ class GraphTree:
         """``initial_pool_allocation_gb``: a reservation the device cannot make, or has no
         memory for, is said once and the pool grows as graphs are recorded."""
         try:
-            reserved = self.backend.reserve_in_pool(pool, nbytes)
+            if self.backend.reserve_in_pool(pool, nbytes):
+                return
             why = "its allocator cannot place memory in a pool outside a capture"
         except RuntimeError as error:  # out of memory
-            reserved, why = False, f"reserving {nbytes / 2**30:.2f} GiB failed ({error})"
-        if not reserved and self.device not in _said_cannot_reserve:
-            _said_cannot_reserve.add(self.device)
-            log.warning(messages.CANNOT_RESERVE_POOL, self.device, why.splitlines()[0])
+            why = f"reserving {nbytes / 2**30:.2f} GiB failed ({messages.first_line(error)})"
+        stats.warn_once(messages.CANNOT_RESERVE_POOL % (self.device, why))
 
     # -- generations --------------------------------------------------------------------------
 

@@ -240,6 +240,21 @@ def test_a_warmup_in_the_pool_routes_only_its_own_run_there(backend, device, rai
     assert device.routing == [] and device.holds == holds  # routing and hold given back
 
 
+def test_a_reservation_allocates_on_the_capture_stream_into_the_pool(backend, device, monkeypatch):
+    """``initial_pool_allocation_gb``: routed as a warmup's allocations are, then given back."""
+    pool = backend.new_pool()
+    holds = dict(device.holds)
+    allocated = []
+
+    def empty(nbytes, **kwargs):
+        allocated.append((nbytes, device.current.name, bool(device.routing)))
+
+    monkeypatch.setattr(device_graphs.torch, "empty", empty)
+    assert backend.reserve_in_pool(pool, 2**20)
+    assert allocated == [(2**20, "capture", True)]
+    assert device.routing == [] and device.holds == holds
+
+
 def test_a_capture_waits_for_its_own_streams_and_never_for_the_device(backend, device):
     pool = backend.new_pool()
     device.log.clear()

@@ -309,14 +309,8 @@ class DeviceGraphBackend(GraphBackend):
         that follows finds the warmup's freed memory in the pool (``trees.memory``)."""
         self.prepare_warmup_in_pool()
         try:
-            # Routing into a pool counts as a capture to the allocator: no emptying its cache.
-            with self.on_capture_stream(), _CAPTURES.running(self.device):
-                self.begin_allocate_to_pool(self.device_index, pool.handle)
-                try:
-                    return fn(args)
-                finally:
-                    self.end_allocate_to_pool(self.device_index, pool.handle)
-                    self.release_pool(self.device_index, pool.handle)
+            with self._allocating_in(pool):
+                return fn(args)
         finally:
             self.after_warmup_in_pool()
 
@@ -326,14 +320,21 @@ class DeviceGraphBackend(GraphBackend):
         same way, with an allocation inside an empty capture)."""
         if not self.warms_up_in_pool:
             return False
+        with self._allocating_in(pool):
+            torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return True
+
+    @contextlib.contextmanager
+    def _allocating_in(self, pool: Any) -> Iterator[None]:
+        """This thread's allocations on the capture stream go into ``pool`` meanwhile.
+        Routing into a pool counts as a capture to the allocator: no emptying its cache."""
         with self.on_capture_stream(), _CAPTURES.running(self.device):
             self.begin_allocate_to_pool(self.device_index, pool.handle)
             try:
-                torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+                yield
             finally:
                 self.end_allocate_to_pool(self.device_index, pool.handle)
                 self.release_pool(self.device_index, pool.handle)
-        return True
 
     def prepare_warmup_in_pool(self) -> None:
         """Runs before each warmup in the pool, outside it."""

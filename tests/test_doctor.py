@@ -204,18 +204,17 @@ def test_the_upstream_settings_line_names_those_with_no_effect_here():
 
     (line,) = doctor.check_upstream_settings()
     assert line.status is Status.OK and "mean the same here" in line.detail
-    if hasattr(torch._inductor.config.triton, "cudagraph_unexpected_rerecord_limit"):
-        assert "cudagraph_unexpected_rerecord_limit" in line.detail
+    if hasattr(torch._inductor.config.triton, "cudagraph_trees_objgraph"):
+        assert "cudagraph_trees_objgraph" in line.detail
 
 
 def test_an_upstream_setting_with_no_effect_that_is_set_is_a_warn_line():
     import torch
 
-    name = "cudagraph_unexpected_rerecord_limit"
+    name = "cudagraph_trees_objgraph"
     if not hasattr(torch._inductor.config.triton, name):
         pytest.skip(f"torch {torch.__version__} has no triton.{name}")
-    default = getattr(torch._inductor.config.triton, name)
-    with torch._inductor.config.patch({f"triton.{name}": default + 1}):
+    with torch._inductor.config.patch({f"triton.{name}": True}):
         findings = doctor.check_upstream_settings()
     (warn,) = [f for f in findings if f.status is Status.WARN]
     assert f"triton.{name} is set and has no effect here" in warn.detail

@@ -92,6 +92,16 @@ def test_output_of_an_earlier_iteration_raises_when_read(device):
         kept.sum()
 
 
+def test_the_stale_output_error_names_the_graph_and_the_source_line_it_comes_from(device):
+    compiled = torch.compile(mlp_fn, mode="reduce-overhead")
+    w = torch.randn(16, 16, device=device)
+    for _ in range(3):
+        kept = compiled(torch.randn(4, 16, device=device), w)
+    compiled(torch.randn(4, 16, device=device), w)
+    with pytest.raises(RuntimeError, match=r"graph \(`\w+:call` from `[^`]*test_end_to_end.py:"):
+        kept.sum()
+
+
 def test_cloned_output_survives_later_iterations(device):
     compiled = torch.compile(mlp_fn, mode="reduce-overhead")
     w = torch.randn(16, 16, device=device)

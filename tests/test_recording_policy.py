@@ -498,17 +498,79 @@ def test_upstreams_call_asks_ours_for_another_warmup_too(device):
     assert run_autotuned(device, 3, 1, ask) == (2, 1, 0)
 
 
+@needs_upstream("cudagraph_unexpected_rerecord_limit")
+def test_upstreams_unexpected_rerecord_limit_replaces_ours_where_set():
+    with inductor_xpugraph.config.patch(rerecord_limit=5, rerecord_window=7):
+        assert RecordingSettings.current().rerecord_limit == 5
+        with upstream(cudagraph_unexpected_rerecord_limit=2):
+            settings = RecordingSettings.current()
+    assert (settings.rerecord_limit, settings.rerecord_window) == (2, None)
+    assert "cudagraph_unexpected_rerecord_limit=2" in RecordingPolicy("f", None, settings).limits[1]
+
+
+def test_with_no_window_re_records_count_for_the_life_of_the_process():
+    policy = policy_with(rerecord_limit=2, rerecord_window=None)
+    assert [policy.note_rerecord(generation) for generation in (0, 1000, 2000)] == [
+        False,
+        False,
+        True,
+    ]
+
+
+@needs_upstream("cudagraph_unexpected_rerecord_limit")
+def test_past_upstreams_unexpected_rerecord_limit_the_fallback_names_it(device, caplog):
+    with upstream(cudagraph_unexpected_rerecord_limit=2):
+        _consume_each_output_in_turn(device, 8, managed_input_rerecord_limit=0)
+    assert inductor_xpugraph.stats()["fallbacks"] == 1
+    said = [r.getMessage() for r in caplog.records if "un-graphed from now on" in r.getMessage()]
+    assert said and "triton.cudagraph_unexpected_rerecord_limit=2" in said[0]
+
+
+@needs_upstream("force_cudagraph_sync")
+def test_with_force_cudagraph_sync_every_call_synchronizes_the_device(device, monkeypatch):
+    from inductor_xpugraph.trees.per_thread import tree_for
+
+    synchronized = []
+    backend_type = type(tree_for(device).backend)
+    monkeypatch.setattr(backend_type, "synchronize", lambda self: synchronized.append(self))
+    with upstream(force_cudagraph_sync=True):
+        compiled = torch.compile(lambda x: x.sin(), mode="reduce-overhead")
+        for _ in range(4):  # a warmup, a record, two replays
+            x = torch.randn(8, device=device)
+            torch.testing.assert_close(compiled(x), x.sin())
+    assert len(synchronized) == 4 and inductor_xpugraph.stats()["replays"] == 2
+
+
+@needs_upstream("fast_path_cudagraph_asserts")
+def test_upstreams_fast_path_asserts_check_the_outputs_the_caller_holds(device):
+    with upstream(fast_path_cudagraph_asserts=True), torch.no_grad():
+        first = torch.compile(lambda x: x * 2, mode="reduce-overhead")
+        second = torch.compile(lambda y: y + 1, mode="reduce-overhead")
+        x = torch.randn(8, device=device)
+        for _ in range(3):
+            torch.compiler.cudagraph_mark_step_begin()
+            held = first(x)
+            torch.testing.assert_close(second(held), x * 2 + 1)
+    assert inductor_xpugraph.stats()["outputs_checked"] > 0
+
+
+def test_a_graph_without_debugging_aids_is_a_plain_graphed_callable():
+    from inductor_xpugraph.trees.debug_checks import graphed_type
+    from inductor_xpugraph.trees.graphed_callable import GraphedCallable
+
+    assert graphed_type(RecordingSettings()) is GraphedCallable
+
+
 def test_an_upstream_setting_that_has_no_effect_here_says_so_once(monkeypatch, caplog):
     monkeypatch.setattr(stats, "_said", set())
-    name = "cudagraph_unexpected_rerecord_limit"
+    name = "cudagraph_trees_objgraph"
     if not hasattr(torch._inductor.config.triton, name):
         pytest.skip(f"torch {torch.__version__} has no triton.{name}")
-    default = getattr(torch._inductor.config.triton, name)
-    with torch._inductor.config.patch({f"triton.{name}": default + 1}):
+    with torch._inductor.config.patch({f"triton.{name}": True}):
         RecordingSettings.current()
         RecordingSettings.current()
     said = [r.getMessage() for r in caplog.records if name in r.getMessage()]
-    assert len(said) == 1 and "has no effect here" in said[0] and "rerecord_limit" in said[0]
+    assert len(said) == 1 and "has no effect here" in said[0] and "report()" in said[0]
     RecordingSettings.current()  # back at its default: nothing more is said
     assert len([r for r in caplog.records if name in r.getMessage()]) == 1
 

@@ -92,6 +92,8 @@ def plan_graphs(
     partitioned = partitioned_device(device_type)
 
     reason, culprit = _whole_graph_skip_reason(device_type, partitioned)
+    if reason is None:
+        reason = _mutation_skip_reason(static)
     culprit_source = user_source(culprit.meta.get("stack_trace")) if culprit else None
     # Never-captured operators Inductor partitioned out run between the partitions; any other
     # would be captured with the graph, which is then not captured at all.
@@ -144,6 +146,21 @@ def plan_graphs(
             )
         )
     return GraphPlan(device, phase, tuple(targets), None, source, left_out)
+
+
+def _mutation_skip_reason(static: Sequence[int]) -> str | None:
+    """Upstream's ``triton.cudagraph_support_input_mutation=False``: a graph that writes to an
+    input that is not static is not captured, even where the input is an output of an earlier
+    graph (which the trees can capture otherwise)."""
+    if getattr(inductor_config.triton, "cudagraph_support_input_mutation", True):
+        return None
+    mutated = [i for i in sorted(V.graph.mutated_input_idxs) if i not in static]
+    if not mutated:
+        return None
+    return (
+        f"it mutates inputs {mutated} that are not static "
+        f"(torch._inductor.config.triton.cudagraph_support_input_mutation=False)"
+    )
 
 
 def _not_partitioned_reason(op: ListedOp, device_type: str) -> str:

@@ -4,7 +4,7 @@ Generated code uses these names from here, at module load:
 
 - ``graphify(fn, device=..., static_inputs=..., mutated_inputs=..., phase=...)`` returns the
   callable that replaces ``call`` or ``partition_N`` (see ``graphed_callable``, ``tree``;
-  with ``config.debug_checks``, ``debug_checks``);
+  the debugging aids a graph's settings ask for: ``debug_checks``);
 - ``record_skip(reason)`` counts a graph that stays un-graphed and logs why, once;
 - ``ungraphed_backward(call, device=...)``, for a backward graph that stays un-graphed: its
   ``call``, telling the tree that a backward ran, as a graphed backward does;
@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import config
-from . import stats
-from .debug_checks import CheckedGraphedCallable
+from . import messages, stats
+from .debug_checks import graphed_type
 from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
 from .lifetime import PartitionlessRunner
 from .node import Phase
@@ -51,8 +50,8 @@ def graphify(
     except ValueError:
         names = [p.value for p in Phase]
         raise ValueError(f"phase must be one of {names}, got {phase!r}") from None
-    graphed_type = CheckedGraphedCallable if config.debug_checks else GraphedCallable
-    return graphed_type(
+    settings = RecordingSettings.of(recording)
+    return graphed_type(settings)(
         fn,
         device,
         static_inputs=static_inputs,
@@ -62,12 +61,18 @@ def graphify(
         source=source_at_load(source),
         input_names=input_names,
         aligned_inputs=aligned_inputs,
-        recording=RecordingSettings.of(recording),
+        recording=settings,
     )
 
 
-def record_skip(reason: str, graph: str | None = None, source: str | None = None) -> None:
+def record_skip(
+    reason: str, graph: str | None = None, source: str | None = None, raises: bool = False
+) -> None:
+    """A graph that is not captured, said once; ``raises`` (upstream's
+    ``triton.cudagraph_or_error``, baked in by codegen): raise instead, at load."""
     stats.record_skip(reason, graph=graph, source=source_at_load(source))
+    if raises:
+        raise RuntimeError(messages.skipped_with_or_error(reason))
 
 
 def ungraphed_backward(fn: Callable[[list[Any]], Any], *, device: str) -> Callable:

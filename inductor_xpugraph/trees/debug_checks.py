@@ -1,4 +1,5 @@
-"""Opt-in check that no graphed call changes an output the caller still holds.
+"""Opt-in debugging aids around graphed calls: a check that no graphed call changes an output
+the caller still holds, and a device synchronization after each call.
 
 The tree's memory design promises that a replay, a capture or a warmup never writes into
 the memory of an output handed out earlier in the same generation while the caller holds
@@ -19,6 +20,12 @@ caller dropped are not seen, nor views of them.
 
 The cost is a device copy and a comparison (a synchronization) per live output per call:
 a debugging tool, off by default; the replay fast path of an unchecked callable is untouched.
+Upstream's ``triton.fast_path_cudagraph_asserts`` switches it on too.
+
+With upstream's ``triton.force_cudagraph_sync``, a callable synchronizes the device after
+each call (``SynchronizedGraphedCallable``), so that a device error surfaces in the call that
+caused it. ``graphify`` picks the class when a graph is loaded, from the settings baked into
+it: a callable without these aids pays nothing for them.
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .. import config
 from . import messages, stats
 from .graphed_callable import GraphedCallable
 from .per_thread import thread_trees, tree_for
+from .recording_policy import RecordingSettings
 from .tree import GraphTree
 
 
@@ -105,6 +114,32 @@ class CheckedGraphedCallable(GraphedCallable):
         for position, out in enumerate(items):
             if isinstance(out, torch.Tensor) and out.layout is torch.strided:
                 entries.append(_HandedOut(self.name, position, weakref.ref(out)))
+
+
+class _SynchronizeAfterEachCall:
+    device: str
+
+    def __call__(self, args: list[Any]) -> Any:
+        outputs = super().__call__(args)  # type: ignore[misc]
+        tree_for(self.device).backend.synchronize()
+        return outputs
+
+
+class SynchronizedGraphedCallable(_SynchronizeAfterEachCall, GraphedCallable):
+    """A ``GraphedCallable`` that synchronizes the device after each call."""
+
+
+class SynchronizedCheckedGraphedCallable(_SynchronizeAfterEachCall, CheckedGraphedCallable):
+    """A ``CheckedGraphedCallable`` that synchronizes the device after each call."""
+
+
+def graphed_type(settings: RecordingSettings) -> type[GraphedCallable]:
+    """The class of a graphed callable loaded with ``settings``: with the aids they ask for
+    (``config.debug_checks`` is read now, at load)."""
+    checked = config.debug_checks or settings.check_held_outputs
+    if settings.sync_after_call:
+        return SynchronizedCheckedGraphedCallable if checked else SynchronizedGraphedCallable
+    return CheckedGraphedCallable if checked else GraphedCallable
 
 
 def _same_bits(tensor: torch.Tensor | None, copy: torch.Tensor) -> bool:

@@ -304,8 +304,7 @@ class GraphedCallable:
         if reached:
             limit, words = self.policy.settings.managed_limit, self.describe_inputs(reached)
             if self.policy.settings.managed_action == "skip":
-                reason = messages.managed_inputs_skip(words, limit)
-                stats.record_skip(reason, self.name, self.source)
+                self.policy.skip(messages.managed_inputs_skip(words, limit))
                 return self.fn(args)
             log.info(messages.managed_inputs_copied(words, limit))
         # An address set seen before was recorded here and dropped since, by the bound.
@@ -346,6 +345,7 @@ class GraphedCallable:
         forget_callable(self.id)
         stats.counters["fallbacks"] += 1
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
+        self.policy.raise_if_asked(reason)
         return self.fn(args)
 
     def _record(
@@ -374,8 +374,7 @@ class GraphedCallable:
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
-            reason = messages.unsafe_mutation(self.describe_inputs(unsafe))
-            stats.record_skip(reason, self.name, self.source)
+            self.policy.skip(messages.unsafe_mutation(self.describe_inputs(unsafe)))
             return self.fn(args)
         if not tree.admit_capture_here():
             return self._run_eagerly(tree, args)
@@ -437,9 +436,10 @@ class GraphedCallable:
         capture does): the call runs un-graphed with its own arguments, which the tree gave
         back, and so does every later call; said once, counted every time. The tree records
         its other graphs again from a fresh pool from its next generation
-        (``GraphTree.start_over``). With ``config.capture_failure_raises`` the caller gets
-        the device's error instead, as before a graph existed."""
-        raises = config.capture_failure_raises
+        (``GraphTree.start_over``). With ``config.capture_failure_raises`` (or upstream's
+        ``triton.cudagraph_or_error``) the caller gets the device's error instead, as before
+        a graph existed."""
+        raises = config.capture_failure_raises or self.policy.settings.raise_on_skip
         stats.counters["capture_failures"] += 1
         reason = messages.capture_failed(tree.device, error, raises)
         self.policy.stop(reason)

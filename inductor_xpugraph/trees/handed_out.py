@@ -143,7 +143,9 @@ class HandedOut:
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
                 if held_outputs:
                     caller_held = True
-                    message = messages.stale_output(device, producer.name, dropped_by_reset)
+                    message = messages.stale_output(
+                        device, producer.name, producer.source, dropped_by_reset
+                    )
                     for output in held_outputs:
                         invalidate_tensor(output, message)
         held_by_objects: set[OutputBlock] = set()
@@ -158,7 +160,7 @@ class HandedOut:
             if _hands_over(node) or invalidate_tensor is None:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
-            message = messages.stale_output(device, node.name, dropped_by_reset)
+            message = messages.stale_output(device, node.name, node.source, dropped_by_reset)
             for i in positions:
                 invalidate_tensor(recording.output_object(i), message)
             recording.renew_outputs(positions)
@@ -178,7 +180,9 @@ class HandedOut:
             if hand and not capturing and can_copy_out_of_pool():
                 handed.append(block)
             elif invalidate_storage is not None:
-                message = messages.stale_output(device, producer.name, dropped_by_reset)
+                message = messages.stale_output(
+                    device, producer.name, producer.source, dropped_by_reset
+                )
                 block.retire_stale(invalidate_storage, message)
             # else: neither is possible here; ``invalidation`` warned once.
         if handed:

@@ -47,25 +47,24 @@ def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
     return "; ".join(parts)
 
 
-def fallback_for_moving_inputs(moved: str, generations: int, limit: int, window: int) -> str:
+def fallback_for_moving_inputs(moved: str, generations: int, limit: int, limits: str) -> str:
+    """``limits``: the thrash guard's, named as the user sets them (``RecordingPolicy``)."""
     return (
         f"recorded again {limit} times within {generations} generations and "
         f"would once more, now because {moved} moved to addresses never seen before (its static "
         f"inputs: parameters, buffers, graph-produced or static-address inputs); running it "
-        f"un-graphed from now on (limits: inductor_xpugraph.config.rerecord_limit="
-        f"{limit} re-records within rerecord_window={window} generations)"
+        f"un-graphed from now on (limits: {limits})"
     )
 
 
-def fallback_for_evicted_rerecords(generations: int, limit: int, window: int) -> str:
+def fallback_for_evicted_rerecords(generations: int, limit: int, limits: str) -> str:
     return (
         f"recorded again {limit} times within {generations} generations and "
         f"would once more, now what it had recorded before and dropped to keep at most "
         f"{config.static_input_variants} variants (its static inputs, or those of a graph "
         f"before it, cycle through more address sets than are kept); running it un-graphed "
         f"from now on (limits: inductor_xpugraph.config.static_input_variants="
-        f"{config.static_input_variants}, rerecord_limit={limit} re-records "
-        f"within rerecord_window={window} generations)"
+        f"{config.static_input_variants}, {limits})"
     )
 
 
@@ -94,7 +93,8 @@ def first_line(error: BaseException) -> str:
 
 def capture_failed(device: str, error: BaseException, raised: bool) -> str:
     outcome = (
-        "the error was raised (config.capture_failure_raises)"
+        "the error was raised (config.capture_failure_raises, or upstream's "
+        "triton.cudagraph_or_error)"
         if raised
         else "that call ran un-graphed, with its result as without graphs"
     )
@@ -250,9 +250,10 @@ DROPPED_BY_RESET = (
 
 
 @functools.lru_cache(maxsize=1024)
-def stale_output(device: str, name: str, dropped_by_reset: bool = False) -> str:
+def stale_output(device: str, name: str, source: str | None, dropped_by_reset: bool = False) -> str:
+    """``source``: the user's line the graph comes from, where Inductor kept one."""
     template = DROPPED_BY_RESET if dropped_by_reset else STALE_OUTPUT
-    return template.format(device=device, name=name)
+    return template.format(device=device, name=f"{name}` from `{source}" if source else name)
 
 
 CANNOT_RESERVE_POOL = (
@@ -270,3 +271,11 @@ CANNOT_CLONE_OUTPUTS = (
 
 def upstream_setting_not_applied(name: str, why: str) -> str:
     return f"inductor_xpugraph: torch._inductor.config.triton.{name} has no effect here: {why}"
+
+
+def skipped_with_or_error(reason: str) -> str:
+    """A graph that would run un-graphed, raised (upstream's ``triton.cudagraph_or_error``)."""
+    return (
+        f"inductor_xpugraph: a graph would run un-graphed, and "
+        f"torch._inductor.config.triton.cudagraph_or_error is set: {reason}"
+    )

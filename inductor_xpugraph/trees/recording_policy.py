@@ -29,11 +29,12 @@ for these sizes is a *re-record*:
   variant go with it).
 Each costs a capture and pool memory, and pays off only if it replays. The thrash guard keeps
 one clock of re-records per callable, whatever their kind (``note_rerecord``): more than
-``rerecord_limit`` within ``rerecord_window`` generations, and the callable
-runs un-graphed for good. So a callable whose inputs move at nearly every call, or cycle
-through more address sets than are kept, or mix both, stops within ``rerecord_limit``
-re-records, while one whose inputs are re-created once per request (a KV cache per
-``generate`` call) records once per request and stays graphed.
+``rerecord_limit`` within ``rerecord_window`` generations, and the callable runs un-graphed
+for good. So a callable whose inputs move at nearly every call, or cycle through more address
+sets than are kept, or mix both, stops within ``rerecord_limit`` re-records, while one whose
+inputs are re-created once per request (a KV cache per ``generate`` call) records once per
+request and stays graphed. Where upstream's ``triton.cudagraph_unexpected_rerecord_limit`` is
+set, it is the limit, with no window: upstream counts for the life of the process.
 
 Not re-records: a recording for new sizes (see Sizes), and a *liveness variant*, recorded
 because an output whose memory a recording reuses is still referenced (bounded by
@@ -66,8 +67,16 @@ UPSTREAM = "torch._inductor.config.triton."
 # Upstream's settings of its trees that have no effect here, and why: each is said once, on
 # the first compile that sees it set (docs/upstream-settings.md).
 NOT_APPLIED = {
-    "cudagraph_unexpected_rerecord_limit": (
-        "the thrash guard counts every re-record on one clock: set rerecord_limit"
+    "cudagraph_trees_history_recording": (
+        "a stale-output error here always names the graph that made the output, and its "
+        "source line where Inductor kept one"
+    ),
+    "cudagraph_trees_objgraph": (
+        "it dumps back-references inside upstream's trees; inductor_xpugraph.report() shows "
+        "what holds graph memory here"
+    ),
+    "slow_path_cudagraph_asserts": (
+        "the checks on the slow path here decide what records and always run"
     ),
 }
 
@@ -83,6 +92,11 @@ HONOURED = (
     "cudagraph_initial_mempool_allocation_gb",
     "cudagraph_managed_input_rerecord_limit",
     "cudagraph_managed_input_rerecord_action",
+    "cudagraph_unexpected_rerecord_limit",
+    "cudagraph_or_error",
+    "force_cudagraph_sync",
+    "fast_path_cudagraph_asserts",
+    "cudagraph_support_input_mutation",  # at code generation (codegen.eligibility)
 )
 
 
@@ -116,7 +130,8 @@ class RecordingSettings:
     size_limit_upstream: bool = False  # the limit is upstream's (its wording in the message)
     warn_limit: int | None = 8  # past this many sizes, warn once (None: never)
     rerecord_limit: int = 8  # the thrash guard: re-records ...
-    rerecord_window: int = 64  # ... within this many generations
+    rerecord_window: int | None = 64  # ... within this many generations (None: ever)
+    rerecord_limit_upstream: bool = False  # the limit is upstream's (its name in messages)
     # outputs still referenced when a generation ends are copied out of the pool (``handed_out``)
     clone_live_outputs: bool = False
     # bytes the device's pool reserves when it is made (``GraphTree.initial_pool_bytes``)
@@ -124,15 +139,20 @@ class RecordingSettings:
     # moves of an input another graph produced, at one place, before ``managed_action``
     managed_limit: int = 5  # 0: never
     managed_action: str = "copy"  # or "skip"
+    # a graph that would run un-graphed raises instead (upstream's cudagraph_or_error)
+    raise_on_skip: bool = False
+    sync_after_call: bool = False  # synchronize the device after each call
+    check_held_outputs: bool = False  # ``debug_checks`` around each call
 
     @classmethod
     def current(cls) -> RecordingSettings:
         """The settings as this thread sees them: ours, and upstream's where torch has them
         (``capture_sizes``, ``skip_cudagraph_warmup``, ``force_cudagraphs_warmup`` from 2.11;
         ``cudagraph_dynamic_shape_rerecord_limit``, ``cudagraph_trees_generation_cloning`` and
-        ``cudagraph_initial_mempool_allocation_gb`` from 2.15). Upstream's re-record limit
-        and warn limit replace ours where the user set them (None or 0: no limit, no
-        warning)."""
+        ``cudagraph_initial_mempool_allocation_gb`` from 2.15). Upstream's limits replace
+        ours where the user set them (None or 0: no limit, no warning);
+        ``cudagraph_or_error``, ``force_cudagraph_sync`` and ``fast_path_cudagraph_asserts``
+        switch on what they switch on upstream."""
         sizes, _ = _upstream("cudagraph_capture_sizes", None)
         skip_warmup, _ = _upstream("skip_cudagraph_warmup", False)
         force_warmup, _ = _upstream("force_cudagraphs_warmup", False)
@@ -150,6 +170,10 @@ class RecordingSettings:
             pool_gb = config.initial_pool_allocation_gb
         if not limit_set:
             limit = config.dynamic_shape_warn_limit if config.skip_dynamic_graphs else None
+        rerecords, rerecords_set = _upstream("cudagraph_unexpected_rerecord_limit", None)
+        or_error, _ = _upstream("cudagraph_or_error", False)
+        sync, _ = _upstream("force_cudagraph_sync", False)
+        fast_path_asserts, _ = _upstream("fast_path_cudagraph_asserts", False)
         for name, why in NOT_APPLIED.items():
             if _upstream(name, None)[1]:
                 stats.warn_once(messages.upstream_setting_not_applied(name, why))
@@ -164,12 +188,16 @@ class RecordingSettings:
             size_limit=limit,
             size_limit_upstream=limit_set,
             warn_limit=(warn or None) if warn_set else config.dynamic_shape_warn_limit,
-            rerecord_limit=config.rerecord_limit,
-            rerecord_window=config.rerecord_window,
+            rerecord_limit=rerecords if rerecords_set else config.rerecord_limit,
+            rerecord_window=None if rerecords_set else config.rerecord_window,
+            rerecord_limit_upstream=rerecords_set,
             clone_live_outputs=clone,
             initial_pool_bytes=int((pool_gb or 0) * 2**30),
             managed_limit=managed_limit or 0,
             managed_action=managed_action,
+            raise_on_skip=bool(or_error),
+            sync_after_call=bool(sync),
+            check_held_outputs=bool(fast_path_asserts),
         )
 
     @classmethod
@@ -230,7 +258,7 @@ class RecordingPolicy:
         if settings.capture_sizes is not None and upstream_key(key) not in settings.capture_sizes:
             # Upstream is silent here: counted, logged at debug level only.
             reason = messages.not_a_capture_size(settings.capture_sizes)
-            stats.record_skip(reason, self.name, self.source, level=logging.DEBUG)
+            self.skip(reason, level=logging.DEBUG)
             return False
         if key in self.warmups_done:
             return True
@@ -240,7 +268,7 @@ class RecordingPolicy:
                 reason = messages.dynamic_shape_rerecord_limit(settings.size_limit)
             else:
                 reason = messages.too_many_sizes_skipped(settings.size_limit)
-            stats.record_skip(reason, self.name, self.source)
+            self.skip(reason)
             return False
         if settings.warn_limit is not None and seen == settings.warn_limit:
             log.warning(messages.MANY_SIZES, self.name, seen)
@@ -269,6 +297,20 @@ class RecordingPolicy:
         if self.warmups_done.get(key):
             self.warmups_done[key] -= 1
 
+    def skip(self, reason: str, level: int | None = None) -> None:
+        """Count a call that runs un-graphed, and say why once; with upstream's
+        ``triton.cudagraph_or_error``, raise instead (unless said at debug level only, as
+        upstream is silent there)."""
+        stats.record_skip(reason, self.name, self.source, level=level)
+        if level != logging.DEBUG:
+            self.raise_if_asked(reason)
+
+    def raise_if_asked(self, reason: str) -> None:
+        """With upstream's ``triton.cudagraph_or_error``, raise why a call runs un-graphed
+        (after a ``stop``, in this call only: later calls run un-graphed, as upstream's)."""
+        if self.settings.raise_on_skip:
+            raise RuntimeError(messages.skipped_with_or_error(reason))
+
     # -- re-records ---------------------------------------------------------------------------
 
     def seen_before(self, address_set: tuple[int, ...]) -> bool:
@@ -284,7 +326,7 @@ class RecordingPolicy:
         recent.append(generation)
         limit, window = self.settings.rerecord_limit, self.settings.rerecord_window
         del recent[: -(limit + 1)]
-        if len(recent) > limit and recent[-1] - recent[0] < window:
+        if len(recent) > limit and (window is None or recent[-1] - recent[0] < window):
             return True
         self.rerecords += 1
         return False
@@ -316,9 +358,17 @@ class RecordingPolicy:
         return reached
 
     @property
-    def limits(self) -> tuple[int, int]:
-        """The thrash guard's ``rerecord_limit`` and ``rerecord_window``, for messages."""
-        return self.settings.rerecord_limit, self.settings.rerecord_window
+    def limits(self) -> tuple[int, str]:
+        """The thrash guard's limit, and its limits named as the user sets them (messages)."""
+        settings = self.settings
+        if settings.rerecord_limit_upstream:
+            words = f"{UPSTREAM}cudagraph_unexpected_rerecord_limit={settings.rerecord_limit}"
+        else:
+            words = (
+                f"inductor_xpugraph.config.rerecord_limit={settings.rerecord_limit} re-records "
+                f"within rerecord_window={settings.rerecord_window} generations"
+            )
+        return settings.rerecord_limit, words
 
     def rerecord_span(self) -> int:
         """Generations from the oldest counted re-record to the latest, both included."""

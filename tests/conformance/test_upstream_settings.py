@@ -1,10 +1,8 @@
-"""Upstream's settings for which sizes are graphed, when a size is recorded and what outputs
-kept past their step hold, with upstream's meaning (``trees.recording_policy``,
-``trees.handed_out``): ``triton.cudagraph_capture_sizes``, ``skip_cudagraph_warmup``,
-``force_cudagraphs_warmup`` (torch 2.11+), ``cudagraph_dynamic_shape_rerecord_limit``,
-``cudagraph_trees_generation_cloning`` and ``torch.compiler.cudagraph_mark_warmup_incomplete``
-(2.15). A test is skipped, for every implementation, where the installed torch lacks its
-setting."""
+"""Upstream's settings of its trees, with upstream's meaning (``trees.recording_policy``,
+``trees.handed_out``, ``codegen.eligibility``): which sizes are graphed, when a size is
+recorded, what outputs kept past their step hold, when re-recording stops, when a graph that
+is not captured raises, and which input mutations are captured. A test is skipped, for every
+implementation, where the installed torch lacks its setting."""
 
 import pytest
 import torch
@@ -130,3 +128,71 @@ def test_a_warmup_marked_incomplete_warms_up_again_before_recording(impl):
         torch.compiler.cudagraph_mark_step_begin()
         torch.testing.assert_close(fn(x), (x + 1) * 2)
         assert impl.counts().records == (1 if calls >= 4 else 0), calls
+
+
+def test_past_the_unexpected_rerecord_limit_a_reader_of_moving_inputs_runs_ungraphed(impl):
+    """A second graph reads a different output of the first at each step: its input moves at
+    every call, and each move records it again, until the limit."""
+    with upstream_setting(cudagraph_unexpected_rerecord_limit=2), torch.no_grad():
+        produce = impl.compile(lambda x: tuple(x + i for i in range(6)))
+        consume = impl.compile(lambda y: y * 2)
+        x = torch.randn(8, device=impl.device)
+        records = []
+        for step in range(6):  # a warmup; records at steps 1-3; un-graphed from step 4
+            impl.mark_step()
+            outputs = produce(x)
+            torch.testing.assert_close(consume(outputs[step]), (x + step) * 2)
+            records.append(impl.counts().records)
+    assert records[3:] == [4, 4, 4]  # the producer once, the reader once and twice again
+
+
+def test_with_or_error_a_graph_that_cannot_be_captured_raises(impl):
+    with upstream_setting(cudagraph_or_error=True), impl.skip_dynamic_graphs():
+        fn = impl.compile(lambda x: x + 1, dynamic=True)
+        with pytest.raises(Exception, match="symbolic"):
+            for size in (4, 6):
+                fn(torch.randn(size, device=impl.device))
+
+
+@pytest.mark.difference(
+    "on cuda Inductor raises on every graph this package captures itself, with or without "
+    "a reason of ours (README, limits)",
+    impls=("ours-cuda-checkpointing", "ours-cuda-owned"),
+)
+def test_with_or_error_a_call_that_would_run_ungraphed_raises_and_changes_nothing(impl):
+    """Writing to an input that is neither static nor a graph's output cannot be captured."""
+
+    def count_and_double(x, counter):
+        counter.add_(1)
+        return x * 2
+
+    with upstream_setting(cudagraph_or_error=True):
+        fn = impl.compile(count_and_double)
+        x = torch.randn(8, device=impl.device)
+        counter = torch.zeros(1, device=impl.device)
+        calls_done = 0
+        with pytest.raises(Exception, match="mutat"):
+            for _ in range(3):
+                fn(x, counter)
+                calls_done += 1
+    assert calls_done < 3 and counter.item() == calls_done  # the raising call wrote nothing
+
+
+def test_without_input_mutation_support_a_graph_writing_a_graphs_output_is_not_captured(impl):
+    """By default a graph may write to an output of an earlier graph (the trees own that
+    memory); with ``cudagraph_support_input_mutation=False`` it is not captured."""
+
+    def bump(y):
+        y.add_(1)
+
+    with upstream_setting(cudagraph_support_input_mutation=False), torch.no_grad():
+        produce = impl.compile(lambda x: x * 2)
+        writer = impl.compile(bump)
+        x = torch.randn(8, device=impl.device)
+        for _ in range(4):
+            impl.mark_step()
+            y = produce(x)
+            writer(y)
+            torch.testing.assert_close(y, x * 2 + 1)
+    assert impl.counts().records == 1  # the producer only
+    assert any("mutat" in message for message in impl.skip_messages())

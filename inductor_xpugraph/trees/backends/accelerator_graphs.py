@@ -148,6 +148,9 @@ class AcceleratorModule:
     def empty_cache(self) -> None:
         torch.accelerator.empty_cache()
 
+    def synchronize(self, device_index: int) -> None:
+        torch.accelerator.synchronize(device_index)
+
     @property
     def default_generators(self) -> Any:
         return torch.get_device_module(self.device_type).default_generators

@@ -69,6 +69,9 @@ class GraphBackend(abc.ABC):
         contents are only valid after ``graph.replay()``.
         """
 
+    def synchronize(self) -> None:
+        """Wait for everything queued on the device (the emulator runs nothing queued)."""
+
     def release_cached_memory(self) -> None:
         """Give the device the memory its allocator caches and no tensor holds, as
         ``torch.cuda.graph`` does before each capture. Called before each capture and before

@@ -69,6 +69,9 @@ class DeviceGraphBackend(GraphBackend):
     def new_graph(self) -> Any:
         raise NotImplementedError
 
+    def synchronize(self) -> None:
+        self.device_module.synchronize(self.device_index)
+
     def __init__(self, device_index: int) -> None:
         super().__init__(device_index)
         module = self.device_module

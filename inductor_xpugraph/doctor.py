@@ -306,7 +306,8 @@ def check_settings() -> list[Finding]:
 def check_upstream_settings() -> list[Finding]:
     """Upstream's settings of its trees, as this process has them: an OK line naming those
     honoured here and those with no effect, and a WARN per setting with no effect that is set
-    (a script that calls ``diagnose()`` after configuring sees its own)."""
+    (a script that calls ``diagnose()`` after configuring sees its own), and for
+    ``cudagraph_or_error`` where Inductor raises on the graphs we capture."""
     import torch
 
     from .trees.recording_policy import HONOURED, NOT_APPLIED, upstream_settings_set
@@ -329,6 +330,20 @@ def check_upstream_settings() -> list[Finding]:
                     "upstream settings",
                     Status.WARN,
                     f"triton.{name} is set and has no effect here: {NOT_APPLIED[name]}",
+                )
+            )
+        elif name == "cudagraph_or_error":
+            # Inductor logs its own skip of a graph it leaves to us for cuda graphs, and for
+            # every GPU's from torch 2.15, and raises there with this setting.
+            release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+            devices = "cuda and xpu" if release >= (2, 15) else "cuda"
+            findings.append(
+                Finding(
+                    "upstream settings",
+                    Status.WARN,
+                    f"triton.cudagraph_or_error is set: on {devices} Inductor raises on every "
+                    f"graph this package captures (it counts them as skipped by its own "
+                    f"cudagraphs); leave it unset there",
                 )
             )
     return findings

@@ -218,3 +218,15 @@ def test_an_upstream_setting_with_no_effect_that_is_set_is_a_warn_line():
         findings = doctor.check_upstream_settings()
     (warn,) = [f for f in findings if f.status is Status.WARN]
     assert f"triton.{name} is set and has no effect here" in warn.detail
+
+
+def test_cudagraph_or_error_set_is_a_warn_line_naming_where_inductor_raises():
+    import torch
+
+    if not hasattr(torch._inductor.config.triton, "cudagraph_or_error"):
+        pytest.skip(f"torch {torch.__version__} has no triton.cudagraph_or_error")
+    with torch._inductor.config.patch({"triton.cudagraph_or_error": True}):
+        findings = doctor.check_upstream_settings()
+    (warn,) = [f for f in findings if f.status is Status.WARN]
+    assert "cudagraph_or_error is set" in warn.detail and "Inductor raises" in warn.detail
+    assert ("xpu" in warn.detail) == (torch.__version__ >= "2.15")

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch._dynamo import device_interface
@@ -77,6 +78,7 @@ def generate_wrapper_source(
     attention: bool = False,
     never_capture_ops: tuple[str, ...] = (),
     inductor_settings: tuple[tuple[str, object], ...] = (),
+    unbacked: bool = False,
 ) -> str:
     """Return the Python wrapper source Inductor generates for a small graph on `device`.
 
@@ -93,7 +95,9 @@ def generate_wrapper_source(
     compiles ``flash_attention(q.relu(), k, v) + 1`` (a module's ``forward``) through
     ``aten._scaled_dot_product_flash_attention``, what ``F.scaled_dot_product_attention`` runs
     on xpu when training (the CPU build cannot pick a kernel for a fake device, so the test
-    names the op). `never_capture_ops` is set in ``inductor_xpugraph.config``;
+    names the op). `unbacked=True` (with `partition`) compiles ``(x @ w).relu()`` and a
+    tensor sized by ``xpugraph_tests::count_positive``, a custom op that returns a
+    data-dependent (unbacked) size. `never_capture_ops` is set in ``inductor_xpugraph.config``;
     `inductor_settings`, (name, value) pairs, in Inductor's config. Runs in a fresh subprocess.
     """
     with tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp:
@@ -105,6 +109,8 @@ def generate_wrapper_source(
             command.append("--static")
         if attention:
             command.append("--attention")
+        if unbacked:
+            command.append("--unbacked")
         command += [arg for d in extension_devices for arg in ("--extension", d)]
         command += [arg for op in never_capture_ops for arg in ("--never-capture", op)]
         command += [
@@ -195,12 +201,29 @@ class _SourceCaptured(Exception):
     """Raised from the save_output_code hook to stop before the module is imported."""
 
 
-def _capture_wrapper_source(device: str, partition: bool, static: bool, attention: bool) -> str:
+def _define_count_positive() -> Any:
+    """A custom op that returns a data-dependent size (an unbacked SymInt when traced)."""
+
+    @torch.library.custom_op("xpugraph_tests::count_positive", mutates_args=())
+    def count_positive(x: torch.Tensor) -> int:
+        return int((x > 0).sum())
+
+    @count_positive.register_fake
+    def _(x):
+        return torch.library.get_ctx().new_dynamic_size()
+
+    return count_positive
+
+
+def _capture_wrapper_source(
+    device: str, partition: bool, static: bool, attention: bool, unbacked: bool = False
+) -> str:
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.exc import InductorError
     from torch._inductor.graph import GraphLowering
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     def matmul_relu_add(x, w):
         return (x @ w).relu() + 1
@@ -215,6 +238,12 @@ def _capture_wrapper_source(device: str, partition: bool, static: bool, attentio
     def matmul_relu_add_static(x, w, v):
         return (x @ w).relu() + v
 
+    def sized_by_a_custom_op(x, w):
+        y = (x @ w).relu()
+        n = torch.ops.xpugraph_tests.count_positive(y)
+        torch._check(n <= 64)
+        return y * 2, torch.zeros(n, device=y.device) + 3
+
     class FlashAttention(torch.nn.Module):
         def forward(self, q, k, v):
             out = torch.ops.aten._scaled_dot_product_flash_attention(q.relu(), k, v)[0]
@@ -228,8 +257,12 @@ def _capture_wrapper_source(device: str, partition: bool, static: bool, attentio
 
     GraphLowering.save_output_code = save_output_code
     fn = with_cpu_matmul if partition else matmul_relu_add
+    if unbacked:
+        _define_count_positive()
+        fn = sized_by_a_custom_op
     static_inputs = contextlib.nullcontext()
-    with FakeTensorMode():
+    # A data-dependent size needs a shape environment to live in.
+    with FakeTensorMode(shape_env=ShapeEnv() if unbacked else None):
         inputs = [torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)]
         if attention:
             fn = FlashAttention()
@@ -262,6 +295,7 @@ def _main() -> None:
     parser.add_argument("--extension", action="append", default=[], metavar="DEVICE")
     parser.add_argument("--static", action="store_true")
     parser.add_argument("--attention", action="store_true")
+    parser.add_argument("--unbacked", action="store_true")
     parser.add_argument("--never-capture", action="append", default=[], metavar="OP")
     parser.add_argument("--inductor-setting", action="append", default=[], metavar="NAME=JSON")
     args = parser.parse_args()
@@ -288,7 +322,9 @@ def _main() -> None:
         inductor_xpugraph.config.never_capture_ops = tuple(args.never_capture)
 
     args.output.write_text(
-        _capture_wrapper_source(args.device, args.partition, args.static, args.attention)
+        _capture_wrapper_source(
+            args.device, args.partition, args.static, args.attention, args.unbacked
+        )
     )
 
 

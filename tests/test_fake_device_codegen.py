@@ -267,6 +267,27 @@ def test_partitions_below_upstreams_min_partition_size_are_not_graphed():
     assert "fewer kernels than triton.cudagraph_min_partition_size (100)" in source
 
 
+def test_kernels_sized_by_upstreams_unsafe_unbacked_ops_are_not_graphed():
+    """``cudagraph_unsafe_unbacked_ops``: Inductor keeps the kernels that use a size such an op
+    returned out of the partitions, so the wrapper graphs the partition before it only."""
+    name = "xpugraph_tests::count_positive"
+    if not hasattr(torch._inductor.config, "cudagraph_unsafe_unbacked_ops"):
+        pytest.skip(f"torch {torch.__version__} has no cudagraph_unsafe_unbacked_ops")
+    sources = [
+        generate_wrapper_source(
+            "xpu",
+            partition=True,
+            extension_devices=("xpu",),
+            unbacked=True,
+            inductor_settings=settings,
+        )
+        for settings in ((), (("cudagraph_unsafe_unbacked_ops", [name]),))
+    ]
+    graphed = [[line for line in s.splitlines() if "graphify(" in line] for s in sources]
+    assert [len(lines) for lines in graphed] == [2, 1]
+    assert "partition_0" in graphed[1][0]
+
+
 def test_xpu_attention_runs_the_flash_kernel_ungraphed_between_two_graphed_partitions():
     source = attention_source("xpu", ("xpu",))
     _, partitions = runner_partitions(source)

@@ -14,6 +14,7 @@ import functools
 import importlib
 import inspect
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -35,6 +36,40 @@ def wrapper_source(device: str, *, partition: bool, extension: bool) -> str:
     return generate_wrapper_source(
         device, partition=partition, extension_devices=(device,) if extension else ()
     )
+
+
+@functools.cache
+def generated(device: str, **options: Any) -> str:
+    """``generate_wrapper_source``, once per device and options (all hashable)."""
+    return generate_wrapper_source(device, **options)
+
+
+# Sources single tests read, by what they compile (``generated``'s arguments).
+ALIGNED_STATIC = dict(device="cuda", partition=False, extension_devices=("cuda",), static=True)
+MIN_PARTITION_100 = dict(
+    device="xpu",
+    partition=True,
+    extension_devices=("xpu",),
+    inductor_settings=(("triton.cudagraph_min_partition_size", 100),),
+)
+SIZED_BY_A_CUSTOM_OP = dict(device="xpu", partition=True, extension_devices=("xpu",), unbacked=True)
+SIZED_BY_AN_UNSAFE_OP = dict(
+    SIZED_BY_A_CUSTOM_OP,
+    inductor_settings=(("cudagraph_unsafe_unbacked_ops", ("xpugraph_tests::count_positive",)),),
+)
+MM_NEVER_CAPTURED = dict(
+    device="xpu", partition=True, extension_devices=("xpu",), never_capture_ops=("aten::mm",)
+)
+
+
+def this_torch_has(options: dict[str, Any]) -> bool:
+    """Whether the installed torch has every Inductor setting ``options`` sets."""
+    config = torch._inductor.config
+    for name, _ in options.get("inductor_settings", ()):
+        owner, _, leaf = name.rpartition(".")
+        if not hasattr(getattr(config, owner) if owner else config, leaf):
+            return False
+    return True
 
 
 @functools.cache
@@ -66,6 +101,14 @@ def sources_generated_two_at_a_time(request):
         functools.partial(attention_source, "xpu", ("xpu",)),
         functools.partial(attention_source, "cuda", ("xpu",), (FLASH_ATTENTION,)),
     ]
+    singles = (
+        ALIGNED_STATIC,
+        MIN_PARTITION_100,
+        SIZED_BY_A_CUSTOM_OP,
+        SIZED_BY_AN_UNSAFE_OP,
+        MM_NEVER_CAPTURED,
+    )
+    jobs += [functools.partial(generated, **o) for o in singles if this_torch_has(o)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for done in pool.map(lambda job: job(), jobs):
             assert done  # a failed generation raises here, naming its command
@@ -222,9 +265,7 @@ def test_extension_names_the_static_inputs_the_kernels_take_as_aligned():
     """Inductor checks no static input's alignment at each call: those aligned when it
     compiled (``w``, not ``v``, a view 4 bytes into its storage) are named for the runtime,
     which checks them on every call that is not a replay."""
-    source = generate_wrapper_source(
-        "cuda", partition=False, extension_devices=("cuda",), static=True
-    )
+    source = generated(**ALIGNED_STATIC)
     _, value = last_assignment(source, "call")
     keywords = {
         k.arg: ast.literal_eval(k.value) for k in value.keywords if k.arg.endswith("inputs")
@@ -255,14 +296,9 @@ def test_extension_wraps_each_partition_in_graphify_inside_a_new_runner(device):
 def test_partitions_below_upstreams_min_partition_size_are_not_graphed():
     """``triton.cudagraph_min_partition_size``: Inductor runs smaller partitions inline in
     ``call``, so the wrapper graphs none of them and says why."""
-    if not hasattr(torch._inductor.config.triton, "cudagraph_min_partition_size"):
+    if not this_torch_has(MIN_PARTITION_100):
         pytest.skip(f"torch {torch.__version__} has no triton.cudagraph_min_partition_size")
-    source = generate_wrapper_source(
-        "xpu",
-        partition=True,
-        extension_devices=("xpu",),
-        inductor_settings=(("triton.cudagraph_min_partition_size", 100),),
-    )
+    source = generated(**MIN_PARTITION_100)
     assert "graphify(" not in source
     assert "fewer kernels than triton.cudagraph_min_partition_size (100)" in source
 
@@ -270,19 +306,9 @@ def test_partitions_below_upstreams_min_partition_size_are_not_graphed():
 def test_kernels_sized_by_upstreams_unsafe_unbacked_ops_are_not_graphed():
     """``cudagraph_unsafe_unbacked_ops``: Inductor keeps the kernels that use a size such an op
     returned out of the partitions, so the wrapper graphs the partition before it only."""
-    name = "xpugraph_tests::count_positive"
-    if not hasattr(torch._inductor.config, "cudagraph_unsafe_unbacked_ops"):
+    if not this_torch_has(SIZED_BY_AN_UNSAFE_OP):
         pytest.skip(f"torch {torch.__version__} has no cudagraph_unsafe_unbacked_ops")
-    sources = [
-        generate_wrapper_source(
-            "xpu",
-            partition=True,
-            extension_devices=("xpu",),
-            unbacked=True,
-            inductor_settings=settings,
-        )
-        for settings in ((), (("cudagraph_unsafe_unbacked_ops", [name]),))
-    ]
+    sources = [generated(**SIZED_BY_A_CUSTOM_OP), generated(**SIZED_BY_AN_UNSAFE_OP)]
     graphed = [[line for line in s.splitlines() if "graphify(" in line] for s in sources]
     assert [len(lines) for lines in graphed] == [2, 1]
     assert "partition_0" in graphed[1][0]
@@ -340,9 +366,7 @@ def test_xpu_attention_wrapper_says_which_op_runs_ungraphed_why_and_where():
 def test_a_listed_op_inductor_cannot_partition_around_keeps_the_graph_uncaptured():
     """``aten::mm`` is an extern kernel, not a fallback kernel: Inductor would capture it with
     the partition it sits in. (The graph's CPU matmul runs un-graphed anyway.)"""
-    source = generate_wrapper_source(
-        "xpu", partition=True, extension_devices=("xpu",), never_capture_ops=("aten::mm",)
-    )
+    source = generated(**MM_NEVER_CAPTURED)
     reason = (
         "aten::mm is not captured: listed in inductor_xpugraph.config.never_capture_ops "
         "(Inductor partitions around fallback kernels only, and lowers it otherwise)"

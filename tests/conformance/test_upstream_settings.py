@@ -132,8 +132,8 @@ def test_a_warmup_marked_incomplete_warms_up_again_before_recording(impl):
 
 @pytest.mark.difference(
     "upstream's trees before torch 2.13 never apply the limit while "
-    "torch._dynamo.config.inline_inbuilt_nn_modules is on, the default (read from torch's "
-    "sources; on torch 2.11 the reader records at every step)",
+    "torch._dynamo.config.inline_inbuilt_nn_modules is on, the default: torch 2.11's "
+    "exceed_rerecord_limit returns False then, and the reader records at every step",
     impls=("upstream",),
 )
 def test_past_the_unexpected_rerecord_limit_a_reader_of_moving_inputs_runs_ungraphed(impl):

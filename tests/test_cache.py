@@ -6,6 +6,7 @@ the CPU, with or without the extension, and reports whether the wrapper it loade
 cache hit or a fresh compile) contains our graph-tree calls, plus the cache counters.
 """
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -56,20 +57,45 @@ def run_probe(mode: str, cache_dir: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(
-    "first, second",
-    [("stock", "extension"), ("extension", "stock")],
-    ids=["enable-after-stock-run", "disable-after-extension-run"],
-)
-def test_switching_the_extension_never_reuses_the_other_wrapper(tmp_path, first, second):
-    before = run_probe(first, tmp_path)
-    after = run_probe(second, tmp_path)
+# Two runs of a user's program each, in fresh processes sharing one cache directory.
+SCENARIOS = {
+    "enable-after-stock-run": ("stock", "extension"),
+    "disable-after-extension-run": ("extension", "stock"),
+    "same-setting-twice": ("extension", "extension"),
+}
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> dict[str, list[dict] | Exception]:
+    """Each scenario's two probe results (or why a probe failed, raised by its test). The
+    scenarios run two at a time: a probe is a fresh process of about 10 s on one core."""
+
+    def run(name: str) -> tuple[str, list[dict] | Exception]:
+        cache_dir = tmp_path_factory.mktemp(name)
+        try:
+            return name, [run_probe(mode, cache_dir) for mode in SCENARIOS[name]]
+        except Exception as error:  # AssertionError from run_probe, a timeout
+            return name, error
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(run, SCENARIOS))
+
+
+def results(probes: dict, scenario: str) -> list[dict]:
+    found = probes[scenario]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+@pytest.mark.parametrize("scenario", ["enable-after-stock-run", "disable-after-extension-run"])
+def test_switching_the_extension_never_reuses_the_other_wrapper(probes, scenario):
+    (first, second), (before, after) = SCENARIOS[scenario], results(probes, scenario)
     assert before["graphified"] is (first == "extension")
     assert after["graphified"] is (second == "extension")
 
 
-def test_same_setting_hits_the_cache_and_keeps_graph_calls(tmp_path):
-    run_probe("extension", tmp_path)
-    again = run_probe("extension", tmp_path)
+def test_same_setting_hits_the_cache_and_keeps_graph_calls(probes):
+    _, again = results(probes, "same-setting-twice")
     assert again["graphified"]
     assert again["fx_hits"] + again["aot_hits"] >= 1

@@ -82,22 +82,24 @@ def test_replays_write_outputs_into_the_same_graph_memory(device):
     assert addresses[2] == addresses[3]  # the recording's output memory, replayed into
 
 
-def test_output_of_an_earlier_iteration_raises_when_read(device):
+def output_of_an_earlier_iteration(device):
+    """An output kept from the third call, after a fourth call started a new iteration."""
     compiled = torch.compile(mlp_fn, mode="reduce-overhead")
     w = torch.randn(16, 16, device=device)
     for _ in range(3):
         kept = compiled(torch.randn(4, 16, device=device), w)
     compiled(torch.randn(4, 16, device=device), w)
+    return kept
+
+
+def test_output_of_an_earlier_iteration_raises_when_read(device):
+    kept = output_of_an_earlier_iteration(device)
     with pytest.raises(RuntimeError, match="overwritten by a subsequent run"):
         kept.sum()
 
 
 def test_the_stale_output_error_names_the_graph_and_the_source_line_it_comes_from(device):
-    compiled = torch.compile(mlp_fn, mode="reduce-overhead")
-    w = torch.randn(16, 16, device=device)
-    for _ in range(3):
-        kept = compiled(torch.randn(4, 16, device=device), w)
-    compiled(torch.randn(4, 16, device=device), w)
+    kept = output_of_an_earlier_iteration(device)
     with pytest.raises(RuntimeError, match=r"graph \(`\w+:\w+` from `[^`]*test_end_to_end.py:\d+"):
         kept.sum()
 

@@ -70,8 +70,11 @@ def probes(tmp_path_factory) -> dict[str, list[dict] | Exception]:
     """Each scenario's two probe results (or why a probe failed, raised by its test). The
     scenarios run two at a time: a probe is a fresh process of about 10 s on one core."""
 
+    # Made here, not in the threads: pytest's temporary-directory factory is not thread-safe.
+    cache_dirs = {name: tmp_path_factory.mktemp(name) for name in SCENARIOS}
+
     def run(name: str) -> tuple[str, list[dict] | Exception]:
-        cache_dir = tmp_path_factory.mktemp(name)
+        cache_dir = cache_dirs[name]
         try:
             return name, [run_probe(mode, cache_dir) for mode in SCENARIOS[name]]
         except Exception as error:  # AssertionError from run_probe, a timeout

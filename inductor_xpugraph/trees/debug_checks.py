@@ -70,7 +70,7 @@ class CheckedGraphedCallable(GraphedCallable):
             # the step's later graphs (a backward reuses the saved activations it consumed).
             unreadable = {
                 id(kept)
-                for node in tree.replayed_nodes
+                for node in tree.generation.replayed_nodes
                 for kept in node.recording.objects_only_kept_here()
             }
             stats.counters["outputs_checked"] += len(before)

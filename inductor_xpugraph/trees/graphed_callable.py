@@ -139,8 +139,10 @@ class GraphedCallable:
 
     def __call__(self, args: list[Any]) -> Any:
         tree = thread_trees().get(self.device) or tree_for(self.device)
-        # tree.py current_generation(), inlined: this is the replay fast path.
-        if tree.generation != (MarkStepBox.mark_step_counter or GenerationTracker.generation):
+        # generation.current_generation(), inlined: this is the replay fast path.
+        if tree.generation.number != (
+            MarkStepBox.mark_step_counter or GenerationTracker.generation
+        ):
             passed_back = self._passed_back or self._positions_passed_back(args)
             tree.maybe_start_generation(args, passed_back, not self._may_restart_generation)
         size_inputs = self._size_inputs
@@ -165,7 +167,7 @@ class GraphedCallable:
                 tree.retire_ended_generation()
             outputs = recording.hand_out()  # host work too
             tree.current = node
-            tree.replayed_nodes.append(node)
+            tree.generation.replayed_nodes.append(node)
             self._after_run(tree)
             node.replays += 1
             stats.counters["replays"] += 1
@@ -263,7 +265,9 @@ class GraphedCallable:
         if warmup:
             tree.initial_pool_bytes = self.policy.settings.initial_pool_bytes
         outputs = tree.warm_up(self.fn, args) if warmup else tree.backend.warmup(self.fn, args)
-        tree.hand_out_eager(self.identity, [out for out in outputs if id(out) not in input_ids])
+        tree.generation.note_eager(
+            self.identity, [out for out in outputs if id(out) not in input_ids]
+        )
         return outputs
 
     def _may_record_below_itself(self, tree: GraphTree) -> bool:
@@ -288,7 +292,7 @@ class GraphedCallable:
         work, for a recording that is not the one used last here)."""
         outputs = node.recording.replay(args)
         tree.current = node
-        tree.replayed_nodes.append(node)
+        tree.generation.replayed_nodes.append(node)
         node.replays += 1
         stats.counters["replays"] += 1
         return outputs
@@ -387,7 +391,7 @@ class GraphedCallable:
             reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
             return self._fall_back(reason, args)
 
-        if tree.pending_backward and not self._may_record_below_itself(tree):
+        if tree.generation.pending_backward and not self._may_record_below_itself(tree):
             tree.leave_for_this_generation()
             return self._run_eagerly(tree, args)
         static_inputs = [StaticInput.of(args, i) for i in static]
@@ -428,7 +432,7 @@ class GraphedCallable:
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(first_replay_args)
         tree.enter(node)
-        tree.replayed_nodes.append(node)
+        tree.generation.replayed_nodes.append(node)
         return outputs
 
     def _capture_failed(self, tree: GraphTree, error: Exception, args: list[Any]) -> Any:
@@ -478,11 +482,11 @@ _TRACE_TAKES_COMPILE_ID = (
 
 
 def _set_pending_backward(tree: GraphTree) -> None:
-    tree.pending_backward = True
+    tree.generation.pending_backward = True
 
 
 def _clear_pending_backward(tree: GraphTree) -> None:
-    tree.pending_backward = False
+    tree.generation.pending_backward = False
 
 
 def _nothing(tree: GraphTree) -> None:

@@ -23,7 +23,8 @@ and with owned outputs nothing is captured on a path through the lender that byp
 node that reused its memory (``memory``).
 
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
-and no backward is pending (a forward ran since the last backward) — or, once the user has
+and no backward of the one in progress can still run (Note [A backward that can no longer
+run], ``generation``) — or, once the user has
 called ``mark_step_begin()``, exactly at each such call. At that point the path restarts
 at the root and what the previous generation handed out is retired (below). This is what
 makes replaying safe, and it is the semantics CUDA users know from upstream's trees (the
@@ -32,21 +33,9 @@ too). Calls that bypass torch.compile (loaded artifacts) never move that counter
 a callable met again on the current path starts the new generation
 (``restart_if_repeated``).
 
-Note [A backward that can no longer run]
-----------------------------------------
-"A backward is pending" holds only while it can still run and read what its forward left:
-while some output of the generation's forwards is held, or its memory is referenced
-otherwise (the activations autograd saved, a loss's graph keeping them). A forward called
-in training mode whose results the caller drops (an evaluation loop without
-``torch.no_grad()``) leaves nothing a backward could read; before this rule, every such
-call recorded a new graph below the last one, without end. The recording must first stop
-holding its own outputs that carry autograd history (``find_outputs_autograd_took``), or
-it would keep the autograd graph alive itself. When a backward can still run, a forward
-met again is recorded below the last one, as upstream's trees do: layers that share one
-compiled graph are met again on the path in every training step, so this is no error.
-
-What a generation hands out, and how it is retired when the generation ends (stale-output
-errors, gradients handed over, outputs passed back in): ``handed_out``.
+What a generation hands out is noted in ``generation``; how it is retired when the
+generation ends (stale-output errors, gradients handed over, outputs passed back in):
+``handed_out``.
 """
 
 from __future__ import annotations
@@ -62,25 +51,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch._dynamo.mutation_guard import GenerationTracker
 from torch._inductor.cudagraph_trees import MarkStepBox
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import messages, stats
 from .backends import GraphBackend, backend_class
+from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers
 from .invalidation import can_copy_out_of_pool
 from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
-from .node import CallableIdentity, GraphNode, Phase
+from .node import CallableIdentity, GraphNode
 from .recording import OutputBlock, Recording
 
 log = logging.getLogger("inductor_xpugraph")
-
-
-def current_generation() -> int:
-    """Upstream's generation: the mark-step counter once used, else the compile invocation."""
-    return MarkStepBox.mark_step_counter or GenerationTracker.generation
 
 
 class GraphTree:
@@ -108,15 +92,9 @@ class GraphTree:
     def _start_empty(self) -> None:
         """The state of a tree with no nodes (``__init__``, ``reset``)."""
         self.current = self.root
-        self.generation: int | None = None
+        self.generation = Generation()
         # Generations started on this tree: a clock for how often things happen per step.
         self.generations_started = 0
-        self.pending_backward = False
-        # What handed outputs out since the generation started: nodes that ran (their output
-        # objects are their recordings'), and un-graphed runs, as (callable identity, weak
-        # references to its outputs) pairs.
-        self.replayed_nodes: list[GraphNode] = []
-        self.eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]] = []
         # What the generation that ended handed out, when retiring it is left to the first
         # call of the new one (see ``start_generation``); None once retired.
         self.unretired: HandedOut | None = None
@@ -174,31 +152,8 @@ class GraphTree:
         backward of that iteration already ran (two forwards, then their two backwards).
         ``args``, ``passed_back``: see ``start_generation``.
         """
-        if MarkStepBox.mark_step_counter or not (backward or self.refresh_pending_backward()):
+        if MarkStepBox.mark_step_counter or not (backward or self.generation.backward_may_run()):
             self.start_generation(args, passed_back)
-
-    def refresh_pending_backward(self) -> bool:
-        """``pending_backward``, brought up to date and returned: whether a forward of this
-        generation may still have its backward run, so that the generation cannot end yet
-        (Note [A backward that can no longer run]).
-
-        It stays set only while something the forwards produced is still referenced: a held
-        output, or graph memory that autograd saved for the backward. Once nothing is, no
-        backward can read what they left, and it is dropped."""
-        if not self.pending_backward:
-            return False
-        forwards = [node.recording for node in self.replayed_nodes if node.phase is Phase.FORWARD]
-        for recording in forwards:
-            # The recording itself must not keep the autograd graph alive: outputs with
-            # history are held weakly from now on, as after any generation.
-            if not recording.autograd_outputs_found:
-                recording.find_outputs_autograd_took()
-        forwards_referenced = any(recording.memory_referenced() for recording in forwards) or any(
-            producer.phase is Phase.FORWARD and any(ref() is not None for ref in refs)
-            for producer, refs in self.eager_outputs
-        )
-        self.pending_backward = forwards_referenced
-        return forwards_referenced
 
     def restart_if_repeated(
         self, callable_id: int, args: list[Any], passed_back: Sequence[int]
@@ -216,9 +171,7 @@ class GraphTree:
         if MarkStepBox.mark_step_counter:
             return False
         if self.current is self.warming_up:  # the path so far: what ran in this generation
-            ran = [node.callable_id for node in self.replayed_nodes]
-            ran += [producer.id for producer, _ in self.eager_outputs]
-            if callable_id not in ran:
+            if not self.generation.ran(callable_id):
                 return False
         else:
             node = self.current
@@ -226,7 +179,7 @@ class GraphTree:
                 if node.parent is None:  # reached the root: not on the path
                     return False
                 node = node.parent
-        if self.refresh_pending_backward():
+        if self.generation.backward_may_run():
             return False
         self.start_generation(args, passed_back)
         return True
@@ -246,7 +199,7 @@ class GraphTree:
         self.retire_ended_generation()
         if self.captures_unlogged:
             self._log_captures()
-        self.unretired = self._take_handed_out()
+        self.unretired = self.generation.take_handed_out()
         if args is not None and passed_back:
             self.unretired.copy_passed_back(args, passed_back)
         if self.next_memory is not None or self.unretired.may_copy() or self.warmup_outputs:
@@ -264,25 +217,12 @@ class GraphTree:
             self.memory, self.next_memory = self.next_memory, None
             self._release_dropped_pool()
         self.current = self.root
-        self.pending_backward = False
-        self.generation = current_generation()
+        self.generation = Generation(current_generation())
         self.generations_started += 1
         if self.forgotten_callables and not self.backend.is_capturing():
             self.retire_ended_generation()  # before its nodes go
             with self.lock:
                 self.drop_forgotten()  # a freed model's memory goes back at its next step
-
-    def hand_out_eager(self, producer: CallableIdentity, outputs: Any) -> None:
-        """Note what an un-graphed run of ``producer`` gave the caller in this
-        generation, to retire it when the generation ends (nodes that ran are noted in
-        ``replayed_nodes``).
-
-        Output objects are held weakly: one the caller drops is freed as it would be without
-        graphs. Gradients are never made stale, so backward outputs are not noted.
-        """
-        if producer.phase is not Phase.BACKWARD:
-            refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
-            self.eager_outputs.append((producer, refs))
 
     def leave_for_this_generation(self) -> None:
         """The rest of this generation runs un-graphed; the next one starts at the root."""
@@ -306,12 +246,7 @@ class GraphTree:
     def retire_handed_out(self, dropped_by_reset: bool = False) -> None:
         """Retire everything handed out so far, now (``reset``)."""
         self.retire_ended_generation()
-        self._retire(self._take_handed_out(), dropped_by_reset)
-
-    def _take_handed_out(self) -> HandedOut:
-        ended = HandedOut(list(dict.fromkeys(self.replayed_nodes)), self.eager_outputs)
-        self.replayed_nodes, self.eager_outputs = [], []
-        return ended
+        self._retire(self.generation.take_handed_out(), dropped_by_reset)
 
     def _retire(self, ended: HandedOut, dropped_by_reset: bool = False) -> bool:
         # No copy may be queued inside someone else's capture of this stream.

@@ -1,0 +1,108 @@
+"""The generation in progress on a graph tree: what it handed out, and whether it may end.
+
+A generation is one pass down the tree from its root (``tree``): a training step, an
+inference call, a decode step. While it runs, it notes what it hands the caller: the nodes
+that ran, and the outputs of its un-graphed runs. When it ends, that is retired
+(``handed_out``) and the next one starts empty.
+
+Note [A backward that can no longer run]
+----------------------------------------
+A generation does not end while a backward of it is pending: the backward belongs to the
+iteration of its forward and reads what the forward left in graph memory. "A backward is
+pending" holds only while it can still run and read that: while some output of the
+generation's forwards is held, or its memory is referenced otherwise (the activations
+autograd saved, a loss's graph keeping them). A forward called in training mode whose
+results the caller drops (an evaluation loop without ``torch.no_grad()``) leaves nothing a
+backward could read; without this rule, every such call would record a new graph below the
+last one, without end. The recordings must first stop holding their own outputs that carry
+autograd history (``find_outputs_autograd_took``), or they would keep the autograd graph
+alive themselves. When a backward can still run, a forward met again is recorded below the
+last one, as upstream's trees do: layers that share one compiled graph are met again on the
+path in every training step, so this is no error.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch._dynamo.mutation_guard import GenerationTracker
+from torch._inductor.cudagraph_trees import MarkStepBox
+
+from .handed_out import HandedOut
+from .node import CallableIdentity, GraphNode, Phase
+
+
+def current_generation() -> int:
+    """Upstream's generation: the mark-step counter once used, else the compile invocation.
+    The replay fast path (``GraphedCallable.__call__``) inlines it."""
+    return MarkStepBox.mark_step_counter or GenerationTracker.generation
+
+
+class Generation:
+    """What the generation in progress handed out, and whether a backward of it is pending.
+
+    The fast path writes these attributes directly: a node that replayed is appended to
+    ``replayed_nodes``, and every call of a forward (backward) sets (clears)
+    ``pending_backward``.
+    """
+
+    __slots__ = ("number", "pending_backward", "replayed_nodes", "eager_outputs")
+
+    def __init__(self, number: int | None = None) -> None:
+        # ``current_generation()`` when it started; None for a tree that has run nothing.
+        self.number = number
+        # Set by a forward's call, cleared by a backward's: see ``backward_may_run``.
+        self.pending_backward = False
+        # The nodes that ran, in order (a node may appear more than once): their output
+        # objects are their recordings'.
+        self.replayed_nodes: list[GraphNode] = []
+        # Un-graphed runs, as (callable identity, weak references to its outputs) pairs.
+        self.eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]] = []
+
+    def note_eager(self, producer: CallableIdentity, outputs: Any) -> None:
+        """Note what an un-graphed run of ``producer`` gave the caller, to retire it when the
+        generation ends.
+
+        Output objects are held weakly: one the caller drops is freed as it would be without
+        graphs. Gradients are never made stale, so backward outputs are not noted.
+        """
+        if producer.phase is not Phase.BACKWARD:
+            refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
+            self.eager_outputs.append((producer, refs))
+
+    def ran(self, callable_id: int) -> bool:
+        """Whether ``callable_id`` ran in this generation, graphed or not."""
+        return any(node.callable_id == callable_id for node in self.replayed_nodes) or any(
+            producer.id == callable_id for producer, _ in self.eager_outputs
+        )
+
+    def backward_may_run(self) -> bool:
+        """``pending_backward``, brought up to date and returned: whether a backward of this
+        generation may still run, so that the generation cannot end yet (Note [A backward
+        that can no longer run]).
+
+        It stays set only while something the forwards produced is still referenced: a held
+        output, or graph memory that autograd saved for the backward."""
+        if not self.pending_backward:
+            return False
+        forwards = [node.recording for node in self.replayed_nodes if node.phase is Phase.FORWARD]
+        for recording in forwards:
+            # The recording itself must not keep the autograd graph alive: outputs with
+            # history are held weakly from now on, as after any generation.
+            if not recording.autograd_outputs_found:
+                recording.find_outputs_autograd_took()
+        referenced = any(recording.memory_referenced() for recording in forwards) or any(
+            producer.phase is Phase.FORWARD and any(ref() is not None for ref in refs)
+            for producer, refs in self.eager_outputs
+        )
+        self.pending_backward = referenced
+        return referenced
+
+    def take_handed_out(self) -> HandedOut:
+        """What was handed out so far, each node once, for retiring; the generation keeps
+        noting from empty."""
+        taken = HandedOut(list(dict.fromkeys(self.replayed_nodes)), self.eager_outputs)
+        self.replayed_nodes, self.eager_outputs = [], []
+        return taken

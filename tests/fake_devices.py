@@ -20,26 +20,26 @@ The generated module is never imported or executed (it imports ``triton``): the
 ``GraphLowering.save_output_code`` hook (what ``torch._inductor.utils.run_and_get_code`` uses)
 keeps the source and raises a sentinel that stops the compilation right there.
 
-The patches are process-wide and irreversible, so every generation runs in a fresh subprocess:
-``generate_wrapper_source`` runs this file as a script. ``PRIVATE_TORCH_APIS`` lists what is
-patched, for the canary test that fails loudly when a torch upgrade moves one of them.
+The patches are process-wide and irreversible, so every generation runs in a fresh process
+(``fresh_processes``: forked from a server that imported torch and Inductor, and nothing
+else). ``PRIVATE_TORCH_APIS`` lists what is patched, for the canary test that fails loudly
+when a torch upgrade moves one of them.
 Only inference graphs can be generated this way: fake accelerator tensors with
 ``requires_grad`` abort the process.
 """
 
 from __future__ import annotations
 
-import argparse
+import concurrent.futures
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+from fresh_processes import fork_server
 from torch._dynamo import device_interface
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -98,42 +98,26 @@ def generate_wrapper_source(
     names the op). `unbacked=True` (with `partition`) compiles ``(x @ w).relu()`` and a
     tensor sized by ``xpugraph_tests::count_positive``, a custom op that returns a
     data-dependent (unbacked) size. `never_capture_ops` is set in ``inductor_xpugraph.config``;
-    `inductor_settings`, (name, value) pairs, in Inductor's config. Runs in a fresh subprocess.
+    `inductor_settings`, (name, value) pairs, in Inductor's config. Runs in a fresh process
+    (``fresh_processes``).
     """
-    with tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp:
-        output = Path(tmp) / "wrapper.py"
-        command = [sys.executable, __file__, device, "--output", str(output)]
-        if partition:
-            command.append("--partition")
-        if static:
-            command.append("--static")
-        if attention:
-            command.append("--attention")
-        if unbacked:
-            command.append("--unbacked")
-        command += [arg for d in extension_devices for arg in ("--extension", d)]
-        command += [arg for op in never_capture_ops for arg in ("--never-capture", op)]
-        command += [
-            arg
-            for name, value in inductor_settings
-            for arg in ("--inductor-setting", f"{name}={json.dumps(value)}")
-        ]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-            # force_disable_caches still writes kernels to a fresh dir under the cache dir.
-            "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor-cache"),
-        }
-        result = subprocess.run(command, env=env, capture_output=True, text=True)
-        if result.returncode != 0 or not output.exists():
-            raise RuntimeError(
-                f"wrapper generation failed (exit code {result.returncode}): "
-                f"{' '.join(command)}\n--- stdout ---\n{result.stdout}"
-                f"\n--- stderr ---\n{result.stderr}"
-            )
-        return output.read_text()
+    options = dict(
+        partition=partition,
+        extension_devices=extension_devices,
+        static=static,
+        attention=attention,
+        never_capture_ops=never_capture_ops,
+        inductor_settings=inductor_settings,
+        unbacked=unbacked,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp,
+        concurrent.futures.ProcessPoolExecutor(1, mp_context=fork_server()) as child,
+    ):
+        try:
+            return child.submit(_generate, device, tmp, **options).result()
+        except Exception as error:
+            raise RuntimeError(f"wrapper generation failed for {device}, {options}") from error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,46 +271,39 @@ def _capture_wrapper_source(
     return sources[0]
 
 
-def _main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("device", choices=["xpu", "cuda"])
-    parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--partition", action="store_true")
-    parser.add_argument("--extension", action="append", default=[], metavar="DEVICE")
-    parser.add_argument("--static", action="store_true")
-    parser.add_argument("--attention", action="store_true")
-    parser.add_argument("--unbacked", action="store_true")
-    parser.add_argument("--never-capture", action="append", default=[], metavar="OP")
-    parser.add_argument("--inductor-setting", action="append", default=[], metavar="NAME=JSON")
-    args = parser.parse_args()
-
-    _install_fake_device(args.device)
+def _generate(
+    device: str,
+    tmp: str,
+    *,
+    partition: bool,
+    extension_devices: tuple[str, ...],
+    static: bool,
+    attention: bool,
+    never_capture_ops: tuple[str, ...],
+    inductor_settings: tuple[tuple[str, object], ...],
+    unbacked: bool,
+) -> str:
+    """``generate_wrapper_source``, in the fresh process."""
+    # force_disable_caches still writes kernels to a fresh dir under the cache dir.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor-cache")
+    sys.path.insert(0, str(REPO_ROOT))
+    _install_fake_device(device)
     _install_codegen_patches()
 
     import torch._inductor.config as inductor_config
 
     inductor_config.force_disable_caches = True
     inductor_config.triton.cudagraphs = True
-    inductor_config.graph_partition = args.partition
-    for setting in args.inductor_setting:
-        name, _, value = setting.partition("=")
+    inductor_config.graph_partition = partition
+    for name, value in inductor_settings:
         owner, _, leaf = name.rpartition(".")  # "triton.x" is inductor_config.triton.x
-        section = getattr(inductor_config, owner) if owner else inductor_config
-        setattr(section, leaf, json.loads(value))
+        setattr(getattr(inductor_config, owner) if owner else inductor_config, leaf, value)
 
-    if args.extension or args.never_capture:
+    if extension_devices or never_capture_ops:
         import inductor_xpugraph
 
-        for device in args.extension:
-            inductor_xpugraph.enable(device)
-        inductor_xpugraph.config.never_capture_ops = tuple(args.never_capture)
+        for extension_device in extension_devices:
+            inductor_xpugraph.enable(extension_device)
+        inductor_xpugraph.config.never_capture_ops = tuple(never_capture_ops)
 
-    args.output.write_text(
-        _capture_wrapper_source(
-            args.device, args.partition, args.static, args.attention, args.unbacked
-        )
-    )
-
-
-if __name__ == "__main__":
-    _main()
+    return _capture_wrapper_source(device, partition, static, attention, unbacked)

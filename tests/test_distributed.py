@@ -27,6 +27,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from fresh_processes import fork_server
 
 WORLD = 2
 STEPS = 5
@@ -58,7 +59,14 @@ def _spawn(worker, device_type: str, checkpointing: bool) -> None:
     """Run ``worker(rank, device)`` on every rank; a rank's failure fails the test."""
     if not dist.is_available():
         pytest.skip("this torch build has no torch.distributed")
-    mp.spawn(_rank_main, args=(worker, device_type, checkpointing, _free_port()), nprocs=WORLD)
+    args = (worker, device_type, checkpointing, _free_port())
+    # Ranks on the CPU fork from a server that imported torch once (``fresh_processes``); GPU
+    # ranks start fresh interpreters, as launchers start them.
+    start_method = "spawn"
+    if device_type == "cpu":
+        fork_server()
+        start_method = "forkserver"
+    mp.start_processes(_rank_main, args=args, nprocs=WORLD, start_method=start_method)
 
 
 def _rank_main(rank, worker, device_type, checkpointing, port):

@@ -207,3 +207,25 @@ def test_without_input_mutation_support_a_graph_writing_a_graphs_output_is_not_c
             torch.testing.assert_close(y, x * 2 + 1)
     assert impl.counts().records == 1  # the producer only
     assert any("mutat" in message for message in impl.skip_messages())
+
+
+@pytest.mark.difference(
+    "Inductor keeps the override in its own compile state, which the wrapper generator "
+    "cannot read: ours captures the code (docs/upstream-settings.md)",
+    impls=("ours-cpu", "ours-cuda-checkpointing", "ours-cuda-owned"),
+)
+def test_code_under_override_cudagraphs_fwd_false_runs_ungraphed(impl):
+    """``torch._dynamo.override_cudagraphs`` (torch 2.13+), as a decorator of a function the
+    compiled code calls."""
+    if not hasattr(torch._dynamo, "override_cudagraphs"):
+        pytest.skip(f"torch {torch.__version__} has no torch._dynamo.override_cudagraphs")
+
+    @torch._dynamo.override_cudagraphs(fwd=False)
+    def scaled(x):
+        return (x * 3).cos()
+
+    fn = impl.compile(lambda x: scaled(x) + 1)
+    x = torch.randn(8, device=impl.device)
+    for _ in range(4):
+        torch.testing.assert_close(fn(x), (x * 3).cos() + 1)
+    assert impl.counts().records == 0

@@ -171,3 +171,23 @@ def test_a_live_build_lock_is_waited_on_until_released(tmp_path):
     started = time.monotonic()
     invalidation.wait_for_build_lock(str(tmp_path))
     assert time.monotonic() - started >= 0.9
+
+
+def test_where_torch_locks_builds_with_the_os_the_lock_file_an_earlier_build_left_is_ignored(
+    monkeypatch,
+):
+    """torch 2.14 on keeps the lock file after every build: waiting while it exists would hold
+    every later process for ``STALE_LOCK_SECONDS``."""
+    if invalidation.build_lock_is_a_file():
+        pytest.skip(f"torch {torch.__version__} locks builds with a file whose existence blocks")
+    from torch.utils.cpp_extension import _get_build_directory
+
+    build_directory = _get_build_directory(invalidation._EXTENSION_NAME, False)
+    os.makedirs(build_directory, exist_ok=True)
+    open(os.path.join(build_directory, "lock"), "a").close()  # as the last build left it
+
+    def waited(*args, **kwargs):
+        raise AssertionError("waited on a lock file whose existence says nothing")
+
+    monkeypatch.setattr(invalidation, "wait_for_build_lock", waited)
+    assert invalidation._extension.__wrapped__() is not None

@@ -87,6 +87,16 @@ _EXTENSION_NAME = "inductor_xpugraph_stale_outputs_" + re.sub(r"\W", "_", torch.
 STALE_LOCK_SECONDS = 300.0
 
 
+def build_lock_is_a_file() -> bool:
+    """Whether torch's extension builds lock with a file whose existence blocks (``FileBaton``,
+    torch 2.11-2.13), which a build that died leaves behind for good. From torch 2.14 the lock
+    is an OS-level one (``FileLock``): the kernel releases it when its holder dies, and its file
+    stays after every build, so its existence says nothing."""
+    from torch.utils import cpp_extension
+
+    return "FileBaton" in vars(cpp_extension)
+
+
 def wait_for_build_lock(build_directory: str, stale_after: float = STALE_LOCK_SECONDS) -> None:
     """Wait while another process builds the extension in ``build_directory``; remove its
     lock file once it is older than ``stale_after`` seconds (its build died)."""
@@ -114,7 +124,8 @@ def _extension() -> ModuleType | None:
     try:
         from torch.utils.cpp_extension import _get_build_directory, load_inline
 
-        wait_for_build_lock(_get_build_directory(_EXTENSION_NAME, False))
+        if build_lock_is_a_file():
+            wait_for_build_lock(_get_build_directory(_EXTENSION_NAME, False))
         return load_inline(
             name=_EXTENSION_NAME,
             cpp_sources=_EXTENSION_SOURCE,

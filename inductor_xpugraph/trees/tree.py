@@ -25,12 +25,12 @@ node that reused its memory (``memory``).
 Generations: a generation starts when a call arrives in a new ``torch.compile`` invocation
 and no backward of the one in progress can still run (Note [A backward that can no longer
 run], ``generation``) — or, once the user has called ``mark_step_begin()``, exactly at each
-such call. At that point the path restarts at the root and what the previous generation handed out is retired (below). This is what
-makes replaying safe, and it is the semantics CUDA users know from upstream's trees (the
-same generation counters are used, so ``torch.compiler.cudagraph_mark_step_begin()`` works
-too). Calls that bypass torch.compile (loaded artifacts) never move that counter: there,
-a callable met again on the current path starts the new generation
-(``restart_if_repeated``).
+such call. At that point the path restarts at the root and what the previous generation
+handed out is retired (below). This is what makes replaying safe, and it is the semantics
+CUDA users know from upstream's trees (the same generation counters are used, so
+``torch.compiler.cudagraph_mark_step_begin()`` works too). Calls that bypass torch.compile
+(loaded artifacts) never move that counter: there, a callable met again on the current path
+starts the new generation (``restart_if_repeated``).
 
 What a generation hands out is noted in ``generation``; how it is retired when the
 generation ends (stale-output errors, gradients handed over, outputs passed back in):

@@ -243,9 +243,9 @@ def probe_device(
     stage("running a random op un-graphed after the captures")
     probe.generator_after = _random_op_words(label)
 
-    from .trees.backends.unrecordable_ops import UNRECORDABLE_OPS
+    from .trees.backends.unrecordable_ops import listed_ops
 
-    for op in UNRECORDABLE_OPS.get(device_type, {}):
+    for op in listed_ops(device_type):
         stage(f"trying {op} of the do-not-capture list")
         probe.ops.append(try_op(backend, op, label))
     if any(op.outcome == "fails" for op in probe.ops):

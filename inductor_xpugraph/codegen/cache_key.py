@@ -21,7 +21,7 @@ from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
 from .. import config
 from .._version import __version__
-from ..trees.backends.unrecordable_ops import UNRECORDABLE_OPS, ops_not_to_capture
+from ..trees.backends.unrecordable_ops import listed_ops, ops_not_to_capture
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ class CacheKeyPass(CustomGraphModulePass):
             codegen_fingerprint(),
             repr(sorted(config.save_config_portable(ignore_private_configs=False).items())),
             repr(ops_not_to_capture(self.device)),
-            repr(sorted(UNRECORDABLE_OPS.get(self.device, {}).items())),
+            repr(sorted(listed_ops(self.device).items())),
         ]
         if self.wrapped is not None:
             parts.append(repr(self.wrapped.uuid()))

@@ -113,6 +113,16 @@ def reset() -> None:
     stats.clear()
 
 
+def forget_trees(device_type: str) -> None:
+    """Drop this thread's trees of ``device_type`` (their recordings and pools) and let every
+    callable warm up and record again; the counters stay. The next call makes a new tree,
+    with the backend ``backends.backend_class`` gives then."""
+    trees = thread_trees()
+    for device in [d for d in trees if d.split(":")[0] == device_type]:
+        trees.pop(device).reset()
+    reset_all_callables()
+
+
 def snapshot() -> dict[str, object]:
     """``inductor_xpugraph.stats()``: the counters, and the pool bytes of every tree."""
     result = stats.counts()
@@ -123,6 +133,7 @@ def snapshot() -> dict[str, object]:
 __all__ = [
     "GraphedCallable",
     "PartitionlessRunner",
+    "forget_trees",
     "graphify",
     "mark_step_begin",
     "mark_warmup_incomplete",

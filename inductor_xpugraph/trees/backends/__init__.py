@@ -17,8 +17,15 @@ from ... import config
 from .base import Graph, GraphBackend
 
 
+#: Backends that stand in for a device type while a caller says so (``inductor_xpugraph.
+#: sycl_rules.on_cpu`` puts the CPU under SYCL Graph's rules): device type -> backend class.
+STAND_INS: dict[str, type[GraphBackend]] = {}
+
+
 def backend_class(device_type: str) -> type[GraphBackend]:
     """The backend of ``device_type``; reads ``config.xpu_graph_api`` for "xpu"."""
+    if device_type in STAND_INS:
+        return STAND_INS[device_type]
     if device_type == "xpu":
         return _xpu_backend_class()
     if device_type == "cuda":
@@ -58,4 +65,4 @@ def _xpu_backend_class() -> type[GraphBackend]:
     return XpuGraphBackend
 
 
-__all__ = ["Graph", "GraphBackend", "backend_class"]
+__all__ = ["STAND_INS", "Graph", "GraphBackend", "backend_class"]

@@ -17,16 +17,27 @@ by this project):
   and its backward, built on sycl-tla; what training runs), then the math decomposition. The
   flash kernels use work-group scratch memory, which SYCL Graph refused to record
   (intel/torch-xpu-ops#3142, whose failing test captures exactly these two ops;
-  vllm-project/vllm#50038 gates the same kernels in graphs on oneAPI 2026.0). Nothing reports
-  oneDNN's kernel failing under capture (oneDNN's own tests run its primitives in SYCL Graph
-  mode), so it is not listed.
+  vllm-project/vllm#50038 gates the same kernels in graphs on oneAPI 2026.0). oneDNN's kernel
+  raises "Graph nodes cannot depend on events from outside the graph" under recording on torch
+  2.13 with oneDNN 3.12 (intel/torch-xpu-ops#5069, whose reproducer warms up and captures on
+  one queue, as this package does) and records on a 2.15 nightly: listed before torch 2.15.
+- oneMKL. ``torch.linalg`` and ``torch.fft`` on xpu run oneMKL, whose calls make the recording
+  queue depend on an event of their own; oneMKL's GEMM under SYCL recording raised "Graph
+  nodes cannot depend on events from outside the graph" (ggml-org/llama.cpp#28725). Listed on
+  every release (``python -m inductor_xpugraph doctor`` tries each on the machine; where they
+  record, ``config.allow_capture_ops`` takes them off).
 - Collectives. ``ProcessGroupXCCL::collective`` (torch-xpu-ops ``src/xccl``) runs every
   collective on XCCL's own queue behind an event. CUDA capture follows such a dependency into
   the other stream; SYCL Graph rejects it at capture (pytorch/pytorch#196490, open).
   intel/torch-xpu-ops#2992 lets all_reduce, all_gather and reduce_scatter record with
   oneCCL >= 2021.17.2 (not broadcast or point-to-point). In Inductor graphs every functional
-  collective is a fallback kernel (``comm_lowering``), ``wait_tensor`` included, which makes the
-  recording queue wait for XCCL's: all of them are listed.
+  collective is a fallback kernel (``comm_lowering``), ``wait_tensor`` (and, from torch 2.15,
+  ``wait_tensors``) included, which make the recording queue wait for XCCL's: all are listed.
+
+An entry may hold for some torch releases only (``Listed.before``): the list a compile uses is
+that of the installed torch (``ops_not_to_capture``). On the CPU under SYCL Graph's rules
+(``inductor_xpugraph.sycl_rules.on_cpu``) it is the xpu list of the release the rules are
+for, named by the CPU operators that stand for the xpu ones (``STAND_IN_OPS``).
 
 ``config.allow_capture_ops`` takes operators off a device's list (where a newer runtime records
 them); ``config.never_capture_ops`` adds operators on every device.
@@ -34,7 +45,10 @@ them); ``config.never_capture_ops`` adds operators on every device.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import torch
 
 from ... import config
 
@@ -51,6 +65,22 @@ _XCCL_QUEUE_ONECCL = (
     "at capture (pytorch/pytorch#196490; intel/torch-xpu-ops#2992 records it with oneCCL >= "
     "2021.17.2)"
 )
+_ONEDNN_ATTENTION = (
+    "oneDNN's fused attention kernel makes the recording queue depend on an event from outside "
+    "the graph, which SYCL Graph rejects on torch 2.13 with oneDNN 3.12 "
+    "(intel/torch-xpu-ops#5069; records from torch 2.15)"
+)
+_ONEMKL = (
+    "oneMKL makes the recording queue depend on an event of its own, which SYCL Graph rejects "
+    "(ggml-org/llama.cpp#28725)"
+)
+#: oneMKL-backed operators of torch's XPU build (``torch.linalg``, ``torch.fft``).
+ONEMKL_OPS = (
+    "aten::_fft_c2c aten::_fft_r2c aten::_fft_c2r aten::linalg_lu_factor_ex "
+    "aten::linalg_lu_solve aten::linalg_qr aten::_linalg_eigh aten::_linalg_svd "
+    "aten::linalg_cholesky_ex aten::linalg_inv_ex aten::_linalg_solve_ex "
+    "aten::linalg_solve_triangular aten::triangular_solve"
+).split()
 _XCCL_WAIT = (
     "it makes the recording queue wait for XCCL's queue, a dependency SYCL Graph rejects at "
     "capture (pytorch/pytorch#196490)"
@@ -61,10 +91,27 @@ def _functional_collectives(names: str, reason: str) -> dict[str, str]:
     return {f"_c10d_functional::{name}": reason for name in names.split()}
 
 
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """Why an operator is not captured, and before which torch release (None: on all)."""
+
+    reason: str
+    before: tuple[int, int] | None = None
+
+    def holds_for(self, release: tuple[int, int]) -> bool:
+        return self.before is None or release < self.before
+
+
 #: Per device type, the operators its graphs are known not to record, with why.
 #: Names as ``custom_should_partition_ops`` takes them ("namespace::op[.overload]").
-UNRECORDABLE_OPS: dict[str, dict[str, str]] = {
+UNRECORDABLE_OPS: dict[str, dict[str, str | Listed]] = {
     "xpu": {
+        "aten::_scaled_dot_product_fused_attention_overrideable": Listed(
+            _ONEDNN_ATTENTION, before=(2, 15)
+        ),
+        "aten::_scaled_dot_product_fused_attention_overrideable_backward": Listed(
+            _ONEDNN_ATTENTION, before=(2, 15)
+        ),
         "aten::_scaled_dot_product_flash_attention": _FLASH_ATTENTION,
         "aten::_scaled_dot_product_flash_attention_backward": _FLASH_ATTENTION,
         **_functional_collectives(
@@ -77,15 +124,41 @@ UNRECORDABLE_OPS: dict[str, dict[str, str]] = {
             "all_to_all_single broadcast broadcast_ isend irecv batch_p2p_ops", _XCCL_QUEUE
         ),
         "_c10d_functional::wait_tensor": _XCCL_WAIT,
+        "_c10d_functional::wait_tensors": _XCCL_WAIT,
+        **dict.fromkeys(ONEMKL_OPS, _ONEMKL),
     },
 }
+
+#: Lists of device types that something stands in for now (``sycl_rules.on_cpu`` puts the
+#: CPU's here): they replace the device's own.
+STAND_IN_OPS: dict[str, dict[str, str]] = {}
+
+
+def torch_release() -> tuple[int, int]:
+    """The installed torch's (major, minor)."""
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def listed_ops(device_type: str, release: tuple[int, int] | None = None) -> dict[str, str]:
+    """The operators graphs on ``device_type`` do not record under torch ``release`` (the
+    installed one by default), with why."""
+    if device_type in STAND_IN_OPS:
+        return STAND_IN_OPS[device_type]
+    release = release or torch_release()
+    listed = {}
+    for op, entry in UNRECORDABLE_OPS.get(device_type, {}).items():
+        entry = entry if isinstance(entry, Listed) else Listed(entry)
+        if entry.holds_for(release):
+            listed[op] = entry.reason
+    return listed
 
 
 def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
     """The operators to partition out of graphs on ``device_type``: the device's list, less
     ``config.allow_capture_ops``, plus ``config.never_capture_ops``."""
     allowed = set(config.allow_capture_ops)
-    listed = [op for op in UNRECORDABLE_OPS.get(device_type, {}) if op not in allowed]
+    listed = [op for op in listed_ops(device_type) if op not in allowed]
     return tuple(dict.fromkeys([*listed, *config.never_capture_ops]))
 
 
@@ -104,7 +177,7 @@ def listed_name(op: Any, listed: tuple[str, ...]) -> str | None:
 
 def why_not_captured(device_type: str, op: str) -> str:
     """Why ``op`` is not captured on ``device_type``, for reports and logs."""
-    reason = UNRECORDABLE_OPS.get(device_type, {}).get(op)
+    reason = listed_ops(device_type).get(op)
     if reason is not None and op not in config.allow_capture_ops:
         return f"{op} is not captured on {device_type}: {reason}"
     return f"{op} is not captured: listed in inductor_xpugraph.config.never_capture_ops"

@@ -1,0 +1,94 @@
+"""The CPU as an Intel GPU under SYCL Graph's rules: check a model's graphs before the hardware.
+
+On an Intel GPU, ``torch.xpu.XPUGraph`` records through SYCL Graph, which refuses work a CUDA
+capture accepts, and whose queues keep recording after some failures. The CPU emulator
+(``enable("cpu")``) accepts everything; inside ``on_cpu`` the CPU follows SYCL Graph's rules
+instead, as torch's XPU runtime of one release meets them::
+
+    import torch
+    from inductor_xpugraph import sycl_rules
+
+    with sycl_rules.on_cpu("2.13"):
+        model = torch.compile(model, mode="reduce-overhead")
+        out = model(x)
+
+Inside, graphs on the CPU run through the xpu backend's own code (``DeviceGraphBackend``) over
+a stand-in of torch's XPU runtime (``torch_xpu.StandInXpu``: a pool of 32 SYCL queues per
+priority, XPUGraph's order of operations, the allocators' routing, the generator's capture
+mode) built on a model of SYCL's queues, events and graphs (``sycl``), whose rules are
+checked against Intel's SYCL runtime on the CPU (tests/test_sycl_rules_differential.py).
+Every operator is submitted to the current queue (``submission``); those SYCL Graph refuses
+on the release (``releases``) raise SYCL's error at capture, as they would on the GPU, and
+the generated code partitions out what this package's list for that release names. What it
+shows: which of a model's graphs capture, what is left un-graphed and why (``report()``),
+that a refused capture never fails a call. What it cannot: speed, and any kernel's own
+behaviour (the kernels are Inductor's CPU kernels, replayed as on the emulator).
+
+Modules: ``sycl`` (queues, events, command graphs), ``releases`` (what each torch release's
+XPU runtime refuses), ``torch_xpu`` (the device module), ``submission`` (operators to
+queues), ``backend`` (the xpu backends over the stand-in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ..codegen import disable, enable, enabled_devices
+from ..trees import forget_trees
+from ..trees.backends import STAND_INS, unrecordable_ops
+from .backend import AcceleratorRulesBackend, XpuRulesBackend, use_device
+from .releases import CPU_STAND_INS, RELEASES, Release, release_of
+from .submission import SubmitToCurrentQueue
+from .torch_xpu import StandInXpu
+
+
+def stand_in_ops(release: Release) -> dict[str, str]:
+    """This package's xpu do-not-capture list for ``release``, named by the CPU operators
+    that stand for the xpu ones."""
+    listed = unrecordable_ops.listed_ops("xpu", _as_tuple(release.version))
+    return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
+
+
+@contextlib.contextmanager
+def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[StandInXpu]:
+    """Graphs on the CPU follow SYCL Graph's rules, as torch ``release``'s XPU runtime meets
+    them ("2.11", "2.13", "2.15"; default: the installed torch's), through ``torch.xpu.XPUGraph``
+    (``graph_api="xpu"``) or ``torch.accelerator.Graph`` ("accelerator", torch >= 2.13).
+
+    Enables the package for "cpu" meanwhile. The CPU's graphs made before are dropped on entry,
+    and those made inside on exit (the counters stay, for ``stats()`` and ``report()``).
+    Yields the stand-in device (its queues, pools and generator, for tests). One thread: the
+    rules apply to the thread that entered, and to the backwards it runs.
+    """
+    rules = release_of(release)
+    if graph_api not in ("xpu", "accelerator"):
+        raise ValueError(f"graph_api must be 'xpu' or 'accelerator', got {graph_api!r}")
+    device = StandInXpu(rules)
+    backend = AcceleratorRulesBackend if graph_api == "accelerator" else XpuRulesBackend
+    if graph_api == "accelerator" and not rules.has_accelerator_graph:
+        raise ValueError(f"torch {rules.version} has no torch.accelerator.Graph")
+    was_enabled = "cpu" in enabled_devices()
+    forget_trees("cpu")
+    STAND_INS["cpu"] = backend
+    unrecordable_ops.STAND_IN_OPS["cpu"] = stand_in_ops(rules)
+    use_device(device)
+    enable("cpu")
+    try:
+        with SubmitToCurrentQueue(device):
+            yield device
+    finally:
+        forget_trees("cpu")
+        STAND_INS.pop("cpu", None)
+        unrecordable_ops.STAND_IN_OPS.pop("cpu", None)
+        use_device(None)
+        if not was_enabled:
+            disable("cpu")
+
+
+def _as_tuple(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+__all__ = ["RELEASES", "Release", "StandInXpu", "on_cpu", "release_of", "stand_in_ops"]

@@ -1,0 +1,130 @@
+"""Operators submitted to the stand-in's current queue, with SYCL Graph's rules applied.
+
+``SubmitToCurrentQueue`` is a dispatch mode: every ATen operator on real tensors goes to the
+current stream's queue of the stand-in device (``torch_xpu.StandInXpu``), which decides:
+
+- the queue executes: the operator runs. A random operator while the default generator is in
+  capture mode raises torch's "Offset increment outside graph capture" (a failed capture that
+  left it there poisons every later random op);
+- the queue records, and a capture is running its callable into that recording: an operator
+  SYCL Graph refuses on the release (``Release.refused_cpu_ops``) raises SYCL's "Graph nodes
+  cannot depend on events from outside the graph." at submission; any other runs now (the
+  capture's run is the graph's first replay, as on the CPU emulator);
+- the queue records and no capture runs into it (a queue a failed capture left recording, or
+  one that joined a recording by waiting for it): the operator becomes a node of that graph
+  and does not run. What it returns is allocated but never written (NaN, or the type's
+  lowest value); what it would have written in place keeps its old contents.
+
+Operators that only make views or allocate run everywhere (they launch nothing). Fake and
+meta tensors (while Dynamo and AOTAutograd trace) pass through untouched.
+
+It is an infra mode (``is_infra_mode``) so that ``torch.compile`` compiles and runs its
+compiled code inside it; user modes are refused by Dynamo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from . import sycl
+from .torch_xpu import OFFSET_OUTSIDE_CAPTURE, StandInXpu
+
+_LAUNCHES_NOTHING = {
+    torch.ops.aten.empty.memory_format,
+    torch.ops.aten.empty_strided.default,
+    torch.ops.aten.detach.default,
+    torch.ops.aten.set_.source_Storage,
+    torch.ops.aten.set_.source_Storage_storage_offset,
+}
+
+
+def operator_name(func: Any) -> str:
+    """``aten::mm``: the name ``custom_should_partition_ops`` and the rule sets use."""
+    return func._schema.name
+
+
+class SubmitToCurrentQueue(TorchDispatchMode):
+    """Every operator goes to the stand-in device's current queue (module docstring)."""
+
+    def __init__(self, device: StandInXpu) -> None:
+        super().__init__()
+        self.device = device
+        self.refused = device.release.refused_cpu_ops()
+
+    @classmethod
+    def is_infra_mode(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _tracing(args, kwargs):
+            return func(*args, **kwargs)
+        device = self.device
+        queue = device.current_stream().queue
+        recording = queue.recording_into
+        if recording is None:
+            if (
+                torch.Tag.nondeterministic_seeded in func.tags
+                and device.default_generators[0].state.capturing
+            ):
+                raise RuntimeError(OFFSET_OUTSIDE_CAPTURE)
+            return func(*args, **kwargs)
+        if func in _LAUNCHES_NOTHING or func.is_view:
+            return func(*args, **kwargs)
+        if recording in device.live_recordings:
+            if operator_name(func) in self.refused:
+                raise sycl.SyclError(sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT)
+            return func(*args, **kwargs)
+        device.dropped_work += 1
+        return _recorded_not_run(func, args, kwargs)
+
+
+def _tracing(args: Any, kwargs: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    flat, _ = tree_flatten((args, kwargs))
+    return any(
+        isinstance(t, torch.Tensor) and (isinstance(t, FakeTensor) or t.device.type == "meta")
+        for t in flat
+    )
+
+
+def _recorded_not_run(func: Any, args: Any, kwargs: Any) -> Any:
+    """What a recorded operator returns without running: its outputs, never written; its
+    in-place and ``out=`` arguments, unchanged."""
+    written = _written_arguments(func, args, kwargs)
+    stand_ins = {id(t): t.clone() for t in written}
+    originals = {id(c): t for t in written for c in [stand_ins[id(t)]]}
+
+    def swap(value: Any) -> Any:
+        return stand_ins.get(id(value), value) if isinstance(value, torch.Tensor) else value
+
+    result = func(*tree_map(swap, args), **tree_map(swap, kwargs))
+
+    def unwritten(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if id(value) in originals:
+            return originals[id(value)]
+        if value.is_floating_point() or value.is_complex():
+            value.fill_(float("nan"))
+        elif value.dtype != torch.bool:
+            value.fill_(torch.iinfo(value.dtype).min)
+        return value
+
+    return tree_map(unwritten, result)
+
+
+def _written_arguments(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    written = []
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(argument.name)
+        flat, _ = tree_flatten(value)
+        written += [t for t in flat if isinstance(t, torch.Tensor)]
+    return written

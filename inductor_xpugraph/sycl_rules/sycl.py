@@ -1,0 +1,254 @@
+"""SYCL queues, events and command graphs, as ``sycl_ext_oneapi_graph`` records them.
+
+A model of the few SYCL objects torch's XPU runtime builds its graphs from, with the rules by
+which Intel's SYCL runtime refuses or reroutes work while a queue records. It runs on the
+host: a kernel is a Python callable that runs when a queue *executes* it. Each rule says where
+it comes from: the ``sycl_ext_oneapi_graph`` specification ("spec"), or what Intel's SYCL
+runtime did on the CPU (intel-sycl-rt and intel-opencl-rt 2026.2.0 on the OpenCL CPU device,
+``tests/test_sycl_rules_differential.py`` runs each scenario there and here, and compares).
+
+- A queue is *executing* or *recording* into one graph (``queue::ext_oneapi_get_state``).
+  ``begin_recording`` puts it into recording; ``end_recording`` or the destruction of the
+  graph's last handle returns it to executing (work it recorded then never runs).
+- Work submitted to a recording queue becomes a node of the graph and does not run; its event
+  is the node's and reports complete at once. An executable graph (``finalize``) runs its
+  nodes, in order, each time it is submitted.
+- A node may depend only on nodes of its own graph: a dependency on any other event throws
+  ("Graph nodes cannot depend on events from outside the graph."), whether or not that event
+  has completed.
+- A queue that executes and submits work depending on a node's event, while that node's graph
+  records, *joins* the recording: no error, its work is recorded into the same graph, and it
+  records until the graph's recording ends.
+- Host waits: ``queue.wait()`` on a recording queue throws; so does ``event.wait()`` on a
+  node's event.
+
+In-order queues only (torch's XPU streams are in-order queues): a submission runs after the
+queue's earlier ones, which here means at once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Kernel = Callable[[], None]
+
+# SYCL's own texts, as ``sycl::exception::what()`` gives them.
+WAIT_ON_RECORDING_QUEUE = "wait cannot be called for a queue which is recording to a command graph."
+NODE_DEPENDS_ON_OUTSIDE_EVENT = "Graph nodes cannot depend on events from outside the graph."
+BEGIN_ON_RECORDING_QUEUE = (
+    "begin_recording cannot be called for a queue which is already in the recording state."
+)
+END_FOR_OTHER_GRAPH = "end_recording called for a queue which is recording to a different graph."
+WAIT_ON_NODE_EVENT = "wait method cannot be used for an event associated with a command graph."
+NO_DEVICE_WAIT = "Device does not support aspect::ext_oneapi_device_wait."
+
+
+class SyclError(RuntimeError):
+    """A ``sycl::exception``; ``str()`` is its ``what()``."""
+
+
+class Event:
+    """What a submission returns. ``node_of``: the graph whose node it is (None: eager)."""
+
+    __slots__ = ("node_of", "__weakref__")
+
+    def __init__(self, node_of: _GraphState | None = None) -> None:
+        self.node_of = node_of
+
+    @property
+    def complete(self) -> bool:
+        # Eager work runs at submission; a node's event reports complete although nothing
+        # ran (seen on the CPU runtime).
+        return True
+
+    def wait(self) -> None:
+        if self.node_of is not None:
+            raise SyclError(WAIT_ON_NODE_EVENT)
+
+
+class _GraphState:
+    """A modifiable graph itself, which its handles (``CommandGraph``) share."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Kernel] = []
+        self.recording_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+
+    def stop_recording(self, queue: Queue) -> None:
+        queue._recording_into = None
+        self.recording_queues.discard(queue)
+
+
+class Queue:
+    """An in-order SYCL queue."""
+
+    def __init__(self, name: str = "queue") -> None:
+        self.name = name
+        self._recording_into: _GraphState | None = None
+
+    def __repr__(self) -> str:
+        return f"<sycl queue {self.name} {self.state}>"
+
+    @property
+    def state(self) -> str:
+        """``queue::ext_oneapi_get_state``: "executing" or "recording"."""
+        graph = self._recording_into
+        return "recording" if graph is not None else "executing"
+
+    @property
+    def recording_into(self) -> _GraphState | None:
+        return self._recording_into
+
+    def submit(self, kernel: Kernel, depends_on: Sequence[Event] = ()) -> Event:
+        graph = self._recording_into
+        if graph is None:
+            joined = _recording_graph_of(depends_on)
+            if joined is not None:  # depends on a node of a recording graph: join it
+                joined.recording_queues.add(self)
+                self._recording_into = graph = joined
+        if graph is not None:
+            if any(event.node_of is not graph for event in depends_on):
+                raise SyclError(NODE_DEPENDS_ON_OUTSIDE_EVENT)  # spec; seen on the CPU
+            graph.nodes.append(kernel)
+            return Event(node_of=graph)
+        kernel()
+        return Event()
+
+    def submit_barrier(self, events: Sequence[Event] = ()) -> Event:
+        """``ext_oneapi_submit_barrier``: a node, or nothing run, that waits for ``events``."""
+        return self.submit(_nothing, events)
+
+    def submit_graph(self, graph: ExecutableGraph) -> Event:
+        return self.submit(graph._run)
+
+    def wait(self) -> None:
+        if self._recording_into is not None:
+            raise SyclError(WAIT_ON_RECORDING_QUEUE)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _recording_graph_of(events: Sequence[Event]) -> _GraphState | None:
+    for event in events:
+        graph = event.node_of
+        if graph is not None and graph.recording_queues:
+            return graph
+    return None
+
+
+class ExecutableGraph:
+    """``command_graph<graph_state::executable>``: the nodes at ``finalize``, run in order at
+    each submission."""
+
+    def __init__(self, nodes: list[Kernel]) -> None:
+        self._nodes = list(nodes)
+
+    def _run(self) -> None:
+        for node in self._nodes:
+            node()
+
+
+class CommandGraph:
+    """A handle of a modifiable ``command_graph``. The graph lives while a handle does; when
+    the last goes (``release`` or garbage collection), every queue recording into it returns
+    to executing, and what they recorded is dropped (seen on the CPU runtime)."""
+
+    def __init__(self) -> None:
+        self._state = _GraphState()
+        weakref.finalize(self, _destroy, self._state)
+
+    def begin_recording(self, queue: Queue) -> None:
+        if queue._recording_into is not None:
+            raise SyclError(BEGIN_ON_RECORDING_QUEUE)
+        queue._recording_into = self._state
+        self._state.recording_queues.add(queue)
+
+    def end_recording(self, queue: Queue | None = None) -> None:
+        """End the recording of ``queue``, or of every queue recording into this graph."""
+        state = self._state
+        if queue is None:
+            for recording in list(state.recording_queues):
+                state.stop_recording(recording)
+            return
+        if queue._recording_into is None:
+            return
+        if queue._recording_into is not state:
+            raise SyclError(END_FOR_OTHER_GRAPH)
+        state.stop_recording(queue)
+
+    def finalize(self) -> ExecutableGraph:
+        return ExecutableGraph(self._state.nodes)
+
+    def release(self) -> None:
+        """Destroy this handle now (what ``del`` of the last reference does)."""
+        _destroy(self._state)
+
+    @property
+    def recording_state(self) -> _GraphState:
+        """What queues recording into this graph hold (``Queue.recording_into``)."""
+        return self._state
+
+    @property
+    def nodes(self) -> int:
+        return len(self._state.nodes)
+
+
+def _destroy(state: _GraphState) -> None:
+    for queue in list(state.recording_queues):
+        state.stop_recording(queue)
+    state.nodes.clear()
+
+
+class Device:
+    """The device queues run on: the OpenCL CPU device has no device-wide wait."""
+
+    def wait(self) -> None:
+        raise SyclError(NO_DEVICE_WAIT)
+
+
+class Runtime:
+    """The calls ``tests/test_sycl_rules_differential.py`` makes of both runtimes."""
+
+    def __init__(self) -> None:
+        self.device = Device()
+
+    def new_queue(self) -> Queue:
+        return Queue()
+
+    def new_graph(self, queue: Queue) -> CommandGraph:
+        return CommandGraph()
+
+    def new_counter(self) -> Counter:
+        return Counter()
+
+    def device_wait(self) -> None:
+        self.device.wait()
+
+
+class Counter:
+    """Sixteen integers, and a kernel that adds one to each."""
+
+    def __init__(self) -> None:
+        self.values = [0] * 16
+
+    @property
+    def value(self) -> int:
+        return self.values[0]
+
+    def increment(self) -> None:
+        for i in range(len(self.values)):
+            self.values[i] += 1
+
+
+__all__: list[Any] = [
+    "CommandGraph",
+    "Device",
+    "Event",
+    "ExecutableGraph",
+    "Queue",
+    "Runtime",
+    "SyclError",
+]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..trees.backends.accelerator_graphs import GENERATOR_NOT_REGISTERED
+from ..trees.messages import GENERATOR_NOT_REGISTERED
 from ..trees.backends.cpu_emulation import EmulatedGraph
 from ..trees.backends.device_graphs import DeviceGraphBackend
 from .torch_xpu import StandInXpu
@@ -53,6 +53,7 @@ class XpuRulesBackend(DeviceGraphBackend):
         self.end_allocate_to_pool = stand_in.end_allocate_to_pool
         self.release_pool = stand_in.release_pool
         self.begin_allocate_to_pool = stand_in.begin_allocate_current_thread_to_pool
+        self.failure_leaves_host_routing = stand_in.release.routes_host_allocator
         super().__init__(device_index)
 
     def new_graph(self) -> Any:

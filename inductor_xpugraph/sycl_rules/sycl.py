@@ -16,9 +16,11 @@ runtime did on the CPU (intel-sycl-rt and intel-opencl-rt 2026.2.0 on the OpenCL
 - A node may depend only on nodes of its own graph: a dependency on any other event throws
   ("Graph nodes cannot depend on events from outside the graph."), whether or not that event
   has completed.
-- A queue that executes and submits work depending on a node's event, while that node's graph
-  records, *joins* the recording: no error, its work is recorded into the same graph, and it
-  records until the graph's recording ends.
+- A queue that executes and submits work depending on a node's event *joins* that node's
+  graph: no error, it records into the graph from then on (its work runs only when the graph
+  does). This holds for as long as the graph exists, after its recording ended and after
+  ``finalize`` too (seen on the CPU runtime); only once its last handle is gone is such a
+  dependency harmless.
 - Host waits: ``queue.wait()`` on a recording queue throws; so does ``event.wait()`` on a
   node's event.
 
@@ -39,6 +41,9 @@ WAIT_ON_RECORDING_QUEUE = "wait cannot be called for a queue which is recording 
 NODE_DEPENDS_ON_OUTSIDE_EVENT = "Graph nodes cannot depend on events from outside the graph."
 BEGIN_ON_RECORDING_QUEUE = (
     "begin_recording cannot be called for a queue which is already in the recording state."
+)
+BARRIER_ON_OUTSIDE_EVENT = (
+    "Event dependency from handler::depends_on does not correspond to a node within the graph"
 )
 END_FOR_OTHER_GRAPH = "end_recording called for a queue which is recording to a different graph."
 WAIT_ON_NODE_EVENT = "wait method cannot be used for an event associated with a command graph."
@@ -74,6 +79,7 @@ class _GraphState:
     def __init__(self) -> None:
         self.nodes: list[Kernel] = []
         self.recording_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+        self.destroyed = False
 
     def stop_recording(self, queue: Queue) -> None:
         queue._recording_into = None
@@ -101,23 +107,26 @@ class Queue:
         return self._recording_into
 
     def submit(self, kernel: Kernel, depends_on: Sequence[Event] = ()) -> Event:
+        return self._submit(kernel, depends_on, NODE_DEPENDS_ON_OUTSIDE_EVENT)
+
+    def submit_barrier(self, events: Sequence[Event] = ()) -> Event:
+        """``ext_oneapi_submit_barrier``: a node, or nothing run, that waits for ``events``."""
+        return self._submit(_nothing, events, BARRIER_ON_OUTSIDE_EVENT)
+
+    def _submit(self, kernel: Kernel, depends_on: Sequence[Event], outside: str) -> Event:
         graph = self._recording_into
         if graph is None:
-            joined = _recording_graph_of(depends_on)
-            if joined is not None:  # depends on a node of a recording graph: join it
+            joined = _live_graph_of(depends_on)
+            if joined is not None:  # depends on a node of a graph that exists: join it
                 joined.recording_queues.add(self)
                 self._recording_into = graph = joined
         if graph is not None:
             if any(event.node_of is not graph for event in depends_on):
-                raise SyclError(NODE_DEPENDS_ON_OUTSIDE_EVENT)  # spec; seen on the CPU
+                raise SyclError(outside)  # spec; seen on the CPU
             graph.nodes.append(kernel)
             return Event(node_of=graph)
         kernel()
         return Event()
-
-    def submit_barrier(self, events: Sequence[Event] = ()) -> Event:
-        """``ext_oneapi_submit_barrier``: a node, or nothing run, that waits for ``events``."""
-        return self.submit(_nothing, events)
 
     def submit_graph(self, graph: ExecutableGraph) -> Event:
         return self.submit(graph._run)
@@ -131,10 +140,10 @@ def _nothing() -> None:
     pass
 
 
-def _recording_graph_of(events: Sequence[Event]) -> _GraphState | None:
+def _live_graph_of(events: Sequence[Event]) -> _GraphState | None:
     for event in events:
         graph = event.node_of
-        if graph is not None and graph.recording_queues:
+        if graph is not None and not graph.destroyed:
             return graph
     return None
 
@@ -200,6 +209,7 @@ def _destroy(state: _GraphState) -> None:
     for queue in list(state.recording_queues):
         state.stop_recording(queue)
     state.nodes.clear()
+    state.destroyed = True
 
 
 class Device:

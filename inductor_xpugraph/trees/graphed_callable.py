@@ -264,7 +264,18 @@ class GraphedCallable:
         input_ids = {id(arg) for arg in args}
         if warmup:
             tree.initial_pool_bytes = self.policy.settings.initial_pool_bytes
-        outputs = tree.warm_up(self.fn, args) if warmup else tree.backend.warmup(self.fn, args)
+        try:
+            outputs = tree.warm_up(self.fn, args) if warmup else tree.backend.warmup(self.fn, args)
+        except Exception as error:
+            if not tree.backend.failed_captures:
+                raise
+            # A capture failed on the device before: the capture stream's libraries may
+            # still hold events of the failed graph (oneDNN keeps a stream's last event).
+            # The call runs as it would without graphs, on the caller's stream.
+            reason = messages.warmup_failed_after_capture(tree.device, error)
+            self.policy.stop(reason)
+            stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
+            outputs = self.fn(args)
         tree.generation.note_eager(
             self.identity, [out for out in outputs if id(out) not in input_ids]
         )
@@ -379,6 +390,10 @@ class GraphedCallable:
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
             self.policy.skip(messages.unsafe_mutation(self.describe_inputs(unsafe)))
+            return self.fn(args)
+        refused = tree.backend.reason_not_to_capture(args)
+        if refused is not None:
+            self.policy.skip(refused)
             return self.fn(args)
         if not tree.admit_capture_here():
             return self._run_eagerly(tree, args)

@@ -123,6 +123,31 @@ def generator_left_capturing(device: str, error: BaseException) -> str:
     )
 
 
+GENERATOR_NOT_REGISTERED = (
+    "it takes a torch.Generator, which torch.accelerator.Graph of this torch cannot register "
+    "(no register_generator_state): a graph would replay the same random numbers"
+)
+HOST_ROUTING_LEFT = (
+    "a failed capture left torch's host (pinned memory) allocator routing into the graph's "
+    "pool, with a filter that refers to the destroyed graph; no Python call ends it "
+    "(XPUGraph, torch >= 2.13)"
+)
+
+
+def warmup_failed_after_capture(device: str, error: BaseException) -> str:
+    return (
+        f"its warmup on {device}'s capture stream failed after a capture on the device had "
+        f"failed ({first_line(error)}): it runs un-graphed from now on"
+    )
+
+
+def queue_left_recording(device: str) -> str:
+    return (
+        f"a failed capture left a queue of {device} recording, and destroying the graph did "
+        f"not end it"
+    )
+
+
 def capture_stream_left_recording(device: str) -> str:
     return (
         f"inductor_xpugraph: a failed capture left the capture stream of {device} recording; "

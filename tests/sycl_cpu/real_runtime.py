@@ -70,7 +70,9 @@ def check_packages() -> None:
         try:
             found = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            raise Unavailable(f"{name} is not installed in {sys.executable}: {PIP_INSTALL}")
+            raise Unavailable(
+                f"{name} is not installed in {sys.executable}: {PIP_INSTALL}"
+            ) from None
         if found != version:
             raise Unavailable(
                 f"{name} {found} is installed; the shim is written for {version}: {PIP_INSTALL}"
@@ -115,6 +117,7 @@ def build_shim() -> Path:
         )
         if result.returncode != 0:
             raise RuntimeError(f"building {SHIM_SOURCE.name} failed:\n{result.stderr}")
+        os.chmod(partial, 0o755)
         os.replace(partial, library)
     finally:
         if os.path.exists(partial):
@@ -166,7 +169,10 @@ class Runtime:
         self._shim = _load_shim(build_shim())
         # Every queue is made from this device and shares its default context, where the
         # counters' memory and the kernel live.
-        self._home = self.new_queue()
+        try:
+            self._home = self.new_queue()
+        except dpctl.SyclQueueCreationError as error:
+            raise Unavailable(f"no OpenCL CPU device: {error}") from error
         program = dpctl.program.create_program_from_source(self._home._queue, KERNEL_SOURCE)
         self._kernel = program.get_sycl_kernel("increment")
 
@@ -231,6 +237,8 @@ class Counter:
 
 
 class Event:
+    """What a submission returns: a dpctl event (a copy of the sycl::event)."""
+
     def __init__(self, rt: Runtime, sycl_event):
         self._rt, self._event = rt, sycl_event
 
@@ -280,6 +288,8 @@ class Queue:
         raise SyclError(message)
 
     def submit_barrier(self, events=()) -> Event:
+        """``ext_oneapi_submit_barrier(events)``; with no events, the overload without a list
+        (a barrier after everything submitted before)."""
         handles = (ctypes.c_void_p * len(events))(*(event._ref for event in events))
         result = ctypes.c_void_p()
         self._rt._call(
@@ -378,15 +388,20 @@ def _split_submission_error(stderr: str) -> tuple[str | None, str]:
 
 
 def run_scenarios(names: list[str]) -> dict:
-    """Runs the named scenarios (all when empty) in order on one Runtime."""
+    """Runs the named scenarios (all when empty), in order, on one Runtime."""
+    sys.path.insert(0, str(Path(__file__).parent))
     import scenarios
 
+    known = scenarios.all_scenarios()
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise SystemExit(f"unknown scenarios: {', '.join(unknown)}")
     try:
         rt = Runtime()
     except Unavailable as missing:
         return {"skip": str(missing)}
     outcomes = {}
-    for name, scenario in scenarios.all_scenarios().items():
+    for name, scenario in known.items():
         if names and name not in names:
             continue
         try:
@@ -397,10 +412,8 @@ def run_scenarios(names: list[str]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    sys.path.insert(0, str(Path(__file__).parent))
-    result = run_scenarios(argv)
-    sys.stdout.flush()
-    print(json.dumps(result))
+    # The result is stdout's last line: native code may print before it.
+    print(json.dumps(run_scenarios(argv)))
     return 0
 
 

@@ -245,6 +245,25 @@ def scenario_joined_by_barrier_then_end_recording_a(rt):
     return _joined_queue(rt, _barrier_over, lambda graph, a: graph.end_recording(a))
 
 
+def scenario_release_graph_with_joined_queue(rt):
+    """Destroying the graph's last handle returns a joined queue to executing as well."""
+    seen = Observations()
+    a, b, counter = rt.new_queue(), rt.new_queue(), rt.new_counter()
+    graph = rt.new_graph(a)
+    graph.begin_recording(a)
+    recorded = a.submit(counter.increment)
+    b.submit(counter.increment, depends_on=[recorded])
+    seen.note("B's state after joining", b.state)
+    graph.release()
+    seen.note("A's state after the release", a.state)
+    seen.note("B's state after the release", b.state)
+    seen.call("B.wait()", b.wait)
+    seen.call("B submits a kernel", b.submit, counter.increment)
+    seen.call("B.wait()", b.wait)
+    seen.note("counter (only the last kernel ran)", counter.value)
+    return seen
+
+
 def scenario_wait_on_recorded_event(rt):
     """event.wait() throws for a recorded node's event; such events report complete."""
     seen = Observations()

@@ -23,8 +23,9 @@ graph API, and what is done about it:
 - Its context manager synchronizes the device and empties the caches on entry: never used.
 - Streams are ``torch.Stream`` objects, made current with ``torch.accelerator.set_stream``;
   whether the current stream captures is its ``is_capturing()``.
-- It cannot register a ``torch.Generator`` (no ``register_generator_state`` in torch 2.13 or
-  2.14): a callable that takes one is not captured and runs un-graphed.
+- It cannot register a ``torch.Generator`` (no ``register_generator_state`` in torch 2.13 to
+  2.15): a callable that takes one is not captured, decided before its capture
+  (``DeviceGraphBackend.reason_not_to_capture``), and runs un-graphed.
 
 Note [Pool routing after a failed capture]: a graph's ``capture_begin`` makes the device's
 allocator route the capture's allocations into the pool; when ``capture_begin`` or
@@ -50,6 +51,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..messages import GENERATOR_NOT_REGISTERED
 from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend, DevicePool
 
@@ -81,10 +83,6 @@ POOL_CALLS: dict[str, PoolCalls] = {
 }
 NO_POOL_CALLS = PoolCalls(None, None, None)
 
-GENERATOR_NOT_REGISTERED = (
-    "torch.accelerator.Graph of this torch cannot register a torch.Generator "
-    "(no register_generator_state): a graph would replay the same random numbers"
-)
 
 
 def has_accelerator_graph() -> bool:
@@ -188,6 +186,9 @@ class AcceleratorGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     #: ``capture_error_mode`` of every graph: what the device's implementation does by
     #: default (XPU's takes no other: it warns and falls back).
     capture_error_mode = "default"
+    graphs_register_generators = has_accelerator_graph() and hasattr(
+        torch.accelerator.Graph, "register_generator_state"
+    )
 
     def __init__(self, device_index: int) -> None:
         calls = POOL_CALLS.get(self.device_type, NO_POOL_CALLS)
@@ -242,5 +243,7 @@ def accelerator_backend_class(device_type: str) -> type[AcceleratorGraphBackend]
             "__module__": __name__,
             # the same caching allocator as XpuGraphBackend's (DeviceGraphBackend says why)
             "empty_cache_after_pool_drop": device_type == "xpu",
+            # and the same graph implementation (XPUGraphImpl)
+            "failure_leaves_host_routing": device_type == "xpu",
         },
     )

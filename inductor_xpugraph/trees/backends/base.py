@@ -69,6 +69,14 @@ class GraphBackend(abc.ABC):
         contents are only valid after ``graph.replay()``.
         """
 
+    #: Captures of this backend that failed at ``capture_begin`` or ``capture_end``.
+    failed_captures: int = 0
+
+    def reason_not_to_capture(self, args: list[Any]) -> str | None:
+        """Why a call with ``args`` cannot be captured on this device, known before trying
+        (the callable then runs un-graphed, and the tree keeps its graphs), or None."""
+        return None
+
     def synchronize(self) -> None:
         """Wait for everything queued on the device (the emulator runs nothing queued)."""
 

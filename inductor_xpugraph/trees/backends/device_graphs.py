@@ -20,6 +20,40 @@ of fresh runs). So every use of the capture stream (``on_capture_stream``) first
 wait for the caller's stream, then makes the caller's stream wait for it: whatever the
 caller queued on memory the capture stream may reuse is done first, and whatever the capture
 stream wrote is done before the caller reads it.
+
+Note [Recovering from a failed capture]
+---------------------------------------
+``capture_begin`` and ``capture_end`` can raise part-way and leave torch in capture mode. The
+graph class puts the device's default generator into capture mode first thing in
+``capture_begin`` and takes it out only when ``capture_end`` succeeds (not even destroying
+the graph does): a generator left there makes every later random op raise "Offset increment
+outside graph capture" (seen on the H100, torch 2.11). The allocator routes into the pool
+until ``capture_end``. XPU's ``capture_end`` ends the SYCL recording first and raises from
+there (torch's XPUGraph.cpp), with the queue still recording, and what a recording queue
+does is what SYCL Graph says (measured with Intel's SYCL runtime on the CPU,
+tests/test_sycl_rules_differential.py): a host wait on it throws (so do ``synchronize`` and
+``empty_cache``, which wait on every queue of the device), and a queue that waits for an
+event recorded there *joins* the recording, silently: its later work is recorded, never run.
+Its queue is not ours alone: xpu hands out the same 32 queues per priority round-robin, so a
+"new" stream is an old queue, and the one a failed capture left recording goes to whoever
+takes a stream 32 streams later. So, after such a failure:
+
+1. the allocator's routing into the pool is stopped (``_undo_pool_routing``);
+2. the failed graph is destroyed: it is held in one place only (``capture``'s box, cleared,
+   and no traceback frame keeps it), and destroying a SYCL graph's last handle returns the
+   queues recording into it to executing, their recorded work dropped;
+3. nothing waits on the capture stream while it records (``on_capture_stream``): the
+   caller's stream would join the recording. If it still records after the graph was
+   destroyed, someone else holds the graph: captures stop on the device (``_stop_recording``),
+   a capture stream is never looked for among queues that record (``_capture_stream``);
+4. on torch's XPUGraph from 2.13, the host (pinned memory) allocator routes into the pool
+   too, with a filter that refers to the graph just destroyed, until a ``capture_end`` that
+   succeeds; no Python call ends it, and it is evaluated at every pinned allocation while a
+   queue records: captures stop on the device for the process, said once
+   (``failure_leaves_host_routing``);
+5. otherwise an empty graph is captured, from the caller's stream, which takes the generator
+   out of capture mode; when even that fails, the device cannot record (``_stop_recording``,
+   which gives the generator a fresh state outside capture mode).
 """
 
 from __future__ import annotations
@@ -28,6 +62,7 @@ import contextlib
 import gc
 import logging
 import threading
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -66,6 +101,15 @@ class DeviceGraphBackend(GraphBackend):
     #: even while a capture is under way; none must be left for it to find.
     empty_cache_after_pool_drop: bool = False
 
+    #: Whether the graph class can register a ``torch.Generator`` the code draws from
+    #: (``reason_not_to_capture``).
+    graphs_register_generators: bool = True
+    #: Whether a failed ``capture_begin``/``capture_end`` leaves torch's host (pinned memory)
+    #: allocator routing into the pool, with a filter that refers to the destroyed graph:
+    #: XPUGraph from torch 2.13, which no Python call undoes (Note [Recovering from a failed
+    #: capture]).
+    failure_leaves_host_routing: bool = False
+
     def new_graph(self) -> Any:
         raise NotImplementedError
 
@@ -94,6 +138,8 @@ class DeviceGraphBackend(GraphBackend):
         self.capture_stream = _capture_stream(module, device_index)
         self.is_capturing = module.is_current_stream_capturing
         self.warms_up_in_pool = self.begin_allocate_to_pool is not None
+        #: Captures that failed at ``capture_begin`` or ``capture_end`` on this backend.
+        self.failed_captures = 0
 
     def new_pool(self) -> DevicePool:
         """A private pool, kept alive by an empty graph captured into it.
@@ -114,19 +160,24 @@ class DeviceGraphBackend(GraphBackend):
 
         When even this capture fails, the device cannot record here (a driver or device
         without graph support): ``_stop_recording`` says so once, and the error is raised."""
-        graph = self.new_graph()
+        box = [self.new_graph()]
         handle = self.device_module.graph_pool_handle() if pool_handle is None else pool_handle
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "the graph is empty"
-            with self.on_capture_stream():
-                try:
-                    graph.capture_begin(pool=handle, **self.capture_begin_kwargs)
-                    graph.capture_end()
-                except BaseException as error:
-                    self._undo_pool_routing(handle)
-                    self._stop_recording(error)
-                    raise
-        return graph
+            try:
+                with self.on_capture_stream():
+                    box[0].capture_begin(pool=handle, **self.capture_begin_kwargs)
+                    box[0].capture_end()
+            except BaseException as error:
+                if error.__traceback__ is not None:
+                    traceback.clear_frames(error.__traceback__)
+                self._undo_pool_routing(handle)
+                box.clear()
+                if _stream_records(self.device_module, self.capture_stream):
+                    self._replace_capture_stream()
+                self._stop_recording(error)
+                raise
+        return box[0]
 
     @contextlib.contextmanager
     def on_capture_stream(self) -> Iterator[None]:
@@ -134,13 +185,28 @@ class DeviceGraphBackend(GraphBackend):
         queued; the caller's stream then waits for the block's work. Every use of the capture
         stream goes through here (Note [The capture stream waits for the caller first])."""
         caller_stream = self.device_module.current_stream(self.device_index)
-        self.capture_stream.wait_stream(caller_stream)
+        capture_stream = self.capture_stream
+        capture_stream.wait_stream(caller_stream)
         try:
             with self.device_module.device(self.device_index):
-                with self.device_module.stream(self.capture_stream):
+                with self.device_module.stream(capture_stream):
                     yield
         finally:
-            caller_stream.wait_stream(self.capture_stream)
+            # Never after a failed capture that left the stream recording: the caller's
+            # stream would join the recording (Note [Recovering from a failed capture]).
+            if not _stream_records(self.device_module, capture_stream):
+                caller_stream.wait_stream(capture_stream)
+
+    def reason_not_to_capture(self, args: list[Any]) -> str | None:
+        """A ``torch.Generator`` of the device among ``args`` needs a graph class that can
+        register it (``torch.accelerator.Graph`` of torch 2.13-2.15 cannot): decided before
+        the capture, so that the callable runs un-graphed and the tree keeps its graphs."""
+        if self.graphs_register_generators:
+            return None
+        for arg in args:
+            if isinstance(arg, torch.Generator) and arg.device.type == self.device_type:
+                return messages.GENERATOR_NOT_REGISTERED
+        return None
 
     def capture(
         self,
@@ -149,12 +215,15 @@ class DeviceGraphBackend(GraphBackend):
         pool: Any,
         place_inputs: Callable[[list[Any]], None],
     ) -> tuple[Any, Any]:
-        graph = self.new_graph()
+        # The graph is held here only, in a box: after a failure, dropping it must destroy
+        # it (Note [Recovering from a failed capture]), and no frame of the error's
+        # traceback may hold it meanwhile.
+        box = [self.new_graph()]
         # A torch.Generator the code draws from gets fresh numbers at each replay only when
         # the graph knows it (the device's default generator it registers itself).
         for arg in args:
             if isinstance(arg, torch.Generator) and arg.device.type == self.device_type:
-                graph.register_generator_state(arg)
+                box[0].register_generator_state(arg)
         # Work queued before the capture (warmup runs, input copies) must be complete. Only
         # this thread's two streams are waited for, never the device: another thread may be
         # capturing, and a device-wide synchronization would break its capture ("operation
@@ -167,84 +236,81 @@ class DeviceGraphBackend(GraphBackend):
         # which is not permitted while a stream captures and would invalidate this capture.
         gc_was_enabled = gc.isenabled()
         gc.disable()
+        failed_at: str | None = None
         try:
             with self.on_capture_stream(), _CAPTURES.running(self.device):
-                self._begin_capture(graph, pool)
+                failed_at = "capture_begin"
+                box[0].capture_begin(pool=pool.handle, **self.capture_begin_kwargs)
+                failed_at = None
                 try:
                     place_inputs(args)
-                    outputs = self.run_captured(graph, fn, args)
+                    outputs = self.run_captured(box[0], fn, args)
                 except BaseException:
-                    self._end_capture(graph, pool, after_error=True)
+                    # The captured code raised, and its error is the one the caller sees.
+                    if not self._ended(box):
+                        failed_at = "capture_end"
                     raise
-                self._end_capture(graph, pool)
-        except BaseException:
-            del graph  # a failed graph holds nothing the caller needs
+                failed_at = "capture_end"
+                box[0].capture_end()
+                failed_at = None
+        except BaseException as error:
+            if error.__traceback__ is not None:
+                traceback.clear_frames(error.__traceback__)
+            if failed_at is not None:
+                self._recover_from_failed_capture(box, pool, failed_at)
+            box.clear()
             raise
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return graph, outputs
+        return box[0], outputs
 
     def run_captured(self, graph: Any, fn: Callable[[list[Any]], Any], args: list[Any]) -> Any:
         """Run ``fn(args)`` between ``capture_begin`` and ``capture_end``: the device records
         what it submits. (A stand-in device that cannot record CPU kernels records ``fn``.)"""
         return fn(args)
 
-    def _begin_capture(self, graph: Any, pool: DevicePool) -> None:
+    @staticmethod
+    def _ended(box: list[Any]) -> bool:
+        """End the capture of a graph whose captured code raised; whether it ended."""
         try:
-            graph.capture_begin(pool=pool.handle, **self.capture_begin_kwargs)
+            box[0].capture_end()
         except BaseException:
-            self._recover_from_failed_capture(pool)
-            raise
+            return False
+        return True
 
-    def _end_capture(self, graph: Any, pool: DevicePool, after_error: bool = False) -> None:
-        """End the capture, so that the stream, the allocator and the RNG leave capture mode.
-
-        ``after_error``: the captured code raised, and its error is the one the caller
-        sees; an error of ending a capture it already broke adds nothing.
-        """
-        try:
-            graph.capture_end()
-        except BaseException:
-            self._recover_from_failed_capture(pool)
-            if not after_error:
-                raise
-
-    def _recover_from_failed_capture(self, pool: DevicePool) -> None:
-        """After ``capture_begin`` or ``capture_end`` raised, undo what torch left in capture
-        mode: the allocator's routing into the pool (``_undo_pool_routing``), a capture
-        stream still recording, and the random number generator.
-
-        The graph class puts the device's default generator into capture mode at the start
-        of ``capture_begin``, before recording starts, and takes it out only when
-        ``capture_end`` succeeds; nothing else does, not even destroying the graph. A
-        generator left there makes every later random op on the device raise "Offset
-        increment outside graph capture encountered unexpectedly" (on the H100, torch 2.11:
-        a capture another thread broke poisoned the process). A capture that succeeds takes
-        it out again, so one of an empty graph runs. XPU's ``capture_end`` ends the SYCL
-        recording first and raises from there (torch's XPUGraph.cpp): a queue it leaves
-        recording is never used again (``_replace_capture_stream``). When the empty capture
-        fails too, the device cannot record at all: ``_stop_recording``.
-        """
+    def _recover_from_failed_capture(self, box: list[Any], pool: DevicePool, step: str) -> None:
+        """After ``capture_begin`` or ``capture_end`` raised (``step``): Note [Recovering from
+        a failed capture]. ``box`` holds the failed graph, the only reference to it."""
+        self.failed_captures += 1
         self._undo_pool_routing(pool.handle)
-        if self.is_capturing():  # still on the capture stream, and it still records
+        box.clear()  # destroys the graph: a queue still recording into it executes again
+        if _stream_records(self.device_module, self.capture_stream):
+            # Someone else holds the graph: its queue records for good. Never used again
+            # by us; it comes back to whoever takes 32 streams later, still recording.
             self._replace_capture_stream()
+            self._stop_recording(RuntimeError(messages.queue_left_recording(self.device)))
+            return
+        if self.failure_leaves_host_routing:
+            self._stop_recording(RuntimeError(messages.HOST_ROUTING_LEFT), step=step)
+            return
         try:
-            self.capture_empty_graph()
+            self.capture_empty_graph()  # takes the generator out of capture mode
         except Exception:  # said by _stop_recording; the capture's own error is raised
             pass
 
     def _replace_capture_stream(self) -> None:
-        """Leave a capture stream that a failed capture left recording for a new one."""
+        """A new capture stream: the next stream of the device's pool that does not record."""
         log.warning(messages.capture_stream_left_recording(self.device))
         self.capture_stream = _capture_stream(self.device_module, self.device_index, fresh=True)
 
-    def _stop_recording(self, error: BaseException) -> None:
-        """Not even an empty graph records on this device: every callable on it runs
-        un-graphed for the rest of the process (``cannot_record``), said once, and the
-        default generator, left in capture mode by the failed ``capture_begin``, is given a
-        state of its own with the same seed and offset, outside capture mode (a generator's
-        state is what enters capture mode; ``graphsafe_set_state`` swaps it)."""
+    def _stop_recording(self, error: BaseException, step: str | None = None) -> None:
+        """No graph is recorded on this device any more in this process (``cannot_record``):
+        not even an empty graph records, or a failed capture left torch in a state no call
+        can undo. Said once; every callable on it runs un-graphed. The default generator,
+        left in capture mode by the failed capture, is given a state of its own with the
+        same seed and offset, outside capture mode (a generator's state is what enters
+        capture mode; ``graphsafe_set_state`` swaps it)."""
         if self.device not in _DEVICES_THAT_CANNOT_RECORD:
             reason = messages.first_line(error)
             _DEVICES_THAT_CANNOT_RECORD[self.device] = reason
@@ -354,12 +420,28 @@ class DeviceGraphBackend(GraphBackend):
 _capture_streams: dict[tuple[str, int, int], Any] = {}
 
 
+def _stream_records(module: ModuleType, stream: Any) -> bool:
+    """Whether ``stream`` is being captured (its queue records)."""
+    with module.stream(stream):
+        return bool(module.is_current_stream_capturing())
+
+
 def _capture_stream(module: ModuleType, device_index: int, fresh: bool = False) -> Any:
-    """This thread's capture stream on the device (``fresh``: a new one from now on)."""
+    """This thread's capture stream on the device (``fresh``: a new one from now on, never
+    one whose queue records: xpu hands out the same 32 queues of a pool round-robin)."""
     key = (module.__name__, device_index, threading.get_ident())
     if fresh or key not in _capture_streams:
-        _capture_streams[key] = module.Stream(device=device_index)
+        stream = module.Stream(device=device_index)
+        for _ in range(STREAMS_TRIED):
+            if not _stream_records(module, stream):
+                break
+            stream = module.Stream(device=device_index)
+        _capture_streams[key] = stream
     return _capture_streams[key]
+
+
+# Streams a fresh capture stream is looked for among (one xpu pool and one more).
+STREAMS_TRIED = 33
 
 
 class _CapturesInFlight:

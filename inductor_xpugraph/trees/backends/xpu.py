@@ -17,6 +17,11 @@ from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend
 
 
+#: From torch 2.13, ``XPUGraph::capture_begin`` routes the host (pinned memory) allocator into
+#: the pool too (Note [Recovering from a failed capture]).
+XPU_GRAPH_ROUTES_HOST_ALLOCATOR = tuple(map(int, torch.__version__.split(".")[:2])) >= (2, 13)
+
+
 class XpuGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     device_type = "xpu"
     device_module = torch.xpu
@@ -24,6 +29,7 @@ class XpuGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     release_pool = staticmethod(torch._C._xpu_releasePool)
     begin_allocate_to_pool = getattr(torch._C, "_xpu_beginAllocateCurrentThreadToPool", None)
     empty_cache_after_pool_drop = True  # (DeviceGraphBackend says why)
+    failure_leaves_host_routing = XPU_GRAPH_ROUTES_HOST_ALLOCATOR
 
     def new_graph(self) -> torch.xpu.XPUGraph:
         return torch.xpu.XPUGraph()

@@ -20,6 +20,7 @@ from torch._inductor.virtualized import V
 
 import inductor_xpugraph
 from inductor_xpugraph.codegen import not_captured_ops
+from inductor_xpugraph.trees.backends import unrecordable_ops
 from inductor_xpugraph.trees.backends.unrecordable_ops import (
     UNRECORDABLE_OPS,
     listed_name,
@@ -84,13 +85,30 @@ def test_xpu_list_names_the_flash_attention_kernels_and_the_functional_collectiv
         "_c10d_functional::all_gather_into_tensor",
         "_c10d_functional::reduce_scatter_tensor",
         "_c10d_functional::wait_tensor",
+        "_c10d_functional::wait_tensors",
     } <= set(listed)
-    assert "aten::_scaled_dot_product_fused_attention_overrideable" not in listed
+
+
+ONEDNN_ATTENTION = "aten::_scaled_dot_product_fused_attention_overrideable"
+
+
+@pytest.mark.parametrize("release, listed", [((2, 13), True), ((2, 14), True), ((2, 15), False)])
+def test_onednn_attention_is_listed_before_torch_2_15(release, listed):
+    """intel/torch-xpu-ops#5069: it fails capture on 2.13 with oneDNN 3.12, records on 2.15."""
+    ops = unrecordable_ops.listed_ops("xpu", release)
+    assert (ONEDNN_ATTENTION in ops) is listed
+    assert (ONEDNN_ATTENTION + "_backward" in ops) is listed
+
+
+def test_onemkl_ops_are_listed_on_every_release():
+    for release in [(2, 11), (2, 13), (2, 15)]:
+        ops = unrecordable_ops.listed_ops("xpu", release)
+        assert {"aten::linalg_inv_ex", "aten::_fft_r2c", "aten::linalg_qr"} <= set(ops)
 
 
 def test_every_listed_op_gives_a_reason_with_its_source():
-    for device, ops in UNRECORDABLE_OPS.items():
-        for op, reason in ops.items():
+    for device in UNRECORDABLE_OPS:
+        for op, reason in unrecordable_ops.listed_ops(device, (2, 11)).items():
             assert "#" in reason, f"{device} {op}: the reason names no issue"
 
 

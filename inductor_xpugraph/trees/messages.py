@@ -106,12 +106,15 @@ def capture_failed(device: str, error: BaseException, raised: bool) -> str:
     )
 
 
-def device_cannot_record(device: str, reason: str) -> str:
+def device_cannot_record(device: str, reason: str, step: str | None = None) -> str:
+    """``step``: the capture step whose failure left torch in a state no call undoes (None:
+    an empty capture failed)."""
+    why = f"after a failed {step}: {reason}" if step else f"an empty capture failed with {reason}"
     return (
-        f"inductor_xpugraph: {device} cannot record graphs in this process (an empty capture "
-        f"failed with {reason}): every compiled graph on {device} runs un-graphed from now "
-        f"on, correct but without the speedup of reduce-overhead. `python -m "
-        f"inductor_xpugraph doctor` probes the device and says more"
+        f"inductor_xpugraph: {device} cannot record graphs in this process ({why}): every "
+        f"compiled graph on {device} runs un-graphed from now on, correct but without the "
+        f"speedup of reduce-overhead. `python -m inductor_xpugraph doctor` probes the device "
+        f"and says more"
     )
 
 
@@ -148,10 +151,11 @@ def queue_left_recording(device: str) -> str:
     )
 
 
-def capture_stream_left_recording(device: str) -> str:
+def capture_stream_taken(device: str) -> str:
     return (
-        f"inductor_xpugraph: a failed capture left the capture stream of {device} recording; "
-        f"captures use a new stream from now on"
+        f"inductor_xpugraph: the queue of {device}'s capture stream records into someone "
+        f"else's graph (xpu hands out the same 32 queues per priority round-robin); captures "
+        f"use another stream from now on"
     )
 
 

@@ -174,7 +174,9 @@ class DeviceGraphBackend(GraphBackend):
                 self._undo_pool_routing(handle)
                 box.clear()
                 if _stream_records(self.device_module, self.capture_stream):
-                    self._replace_capture_stream()
+                    self.capture_stream = _capture_stream(
+                        self.device_module, self.device_index, fresh=True
+                    )
                 self._stop_recording(error)
                 raise
         return box[0]
@@ -185,6 +187,10 @@ class DeviceGraphBackend(GraphBackend):
         queued; the caller's stream then waits for the block's work. Every use of the capture
         stream goes through here (Note [The capture stream waits for the caller first])."""
         caller_stream = self.device_module.current_stream(self.device_index)
+        if _stream_records(self.device_module, self.capture_stream):
+            # Its queue was handed to someone else who is capturing on it (xpu's pools
+            # hand the same queues out round-robin): waiting for it would join them.
+            self._replace_capture_stream(messages.capture_stream_taken(self.device))
         capture_stream = self.capture_stream
         capture_stream.wait_stream(caller_stream)
         try:
@@ -224,6 +230,8 @@ class DeviceGraphBackend(GraphBackend):
         for arg in args:
             if isinstance(arg, torch.Generator) and arg.device.type == self.device_type:
                 box[0].register_generator_state(arg)
+        if _stream_records(self.device_module, self.capture_stream):  # (on_capture_stream)
+            self._replace_capture_stream(messages.capture_stream_taken(self.device))
         # Work queued before the capture (warmup runs, input copies) must be complete. Only
         # this thread's two streams are waited for, never the device: another thread may be
         # capturing, and a device-wide synchronization would break its capture ("operation
@@ -286,25 +294,27 @@ class DeviceGraphBackend(GraphBackend):
         self._undo_pool_routing(pool.handle)
         box.clear()  # destroys the graph: a queue still recording into it executes again
         if _stream_records(self.device_module, self.capture_stream):
-            # Someone else holds the graph: its queue records for good. Never used again
-            # by us; it comes back to whoever takes 32 streams later, still recording.
-            self._replace_capture_stream()
-            self._stop_recording(RuntimeError(messages.queue_left_recording(self.device)))
+            # Someone else holds the graph: its queue records for good, and comes back to
+            # whoever takes a stream 32 streams later. Captures stop here.
+            self.capture_stream = _capture_stream(
+                self.device_module, self.device_index, fresh=True
+            )
+            self._stop_recording(messages.queue_left_recording(self.device), step)
             return
         if self.failure_leaves_host_routing:
-            self._stop_recording(RuntimeError(messages.HOST_ROUTING_LEFT), step=step)
+            self._stop_recording(messages.HOST_ROUTING_LEFT, step)
             return
         try:
             self.capture_empty_graph()  # takes the generator out of capture mode
         except Exception:  # said by _stop_recording; the capture's own error is raised
             pass
 
-    def _replace_capture_stream(self) -> None:
+    def _replace_capture_stream(self, why: str) -> None:
         """A new capture stream: the next stream of the device's pool that does not record."""
-        log.warning(messages.capture_stream_left_recording(self.device))
+        log.warning(why)
         self.capture_stream = _capture_stream(self.device_module, self.device_index, fresh=True)
 
-    def _stop_recording(self, error: BaseException, step: str | None = None) -> None:
+    def _stop_recording(self, error: BaseException | str, step: str | None = None) -> None:
         """No graph is recorded on this device any more in this process (``cannot_record``):
         not even an empty graph records, or a failed capture left torch in a state no call
         can undo. Said once; every callable on it runs un-graphed. The default generator,
@@ -312,9 +322,9 @@ class DeviceGraphBackend(GraphBackend):
         same seed and offset, outside capture mode (a generator's state is what enters
         capture mode; ``graphsafe_set_state`` swaps it)."""
         if self.device not in _DEVICES_THAT_CANNOT_RECORD:
-            reason = messages.first_line(error)
+            reason = error if isinstance(error, str) else messages.first_line(error)
             _DEVICES_THAT_CANNOT_RECORD[self.device] = reason
-            log.warning(messages.device_cannot_record(self.device, reason))
+            log.warning(messages.device_cannot_record(self.device, reason, step))
         generator = self.device_module.default_generators[self.device_index]
         try:
             generator.graphsafe_set_state(generator.clone_state())

@@ -72,6 +72,7 @@ def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[St
     forget_trees("cpu")
     STAND_INS["cpu"] = backend
     unrecordable_ops.STAND_IN_OPS["cpu"] = stand_in_ops(rules)
+    unrecordable_ops.STANDS_FOR.update({cpu: xpu for xpu, cpu in CPU_STAND_INS.items()})
     use_device(device)
     enable("cpu")
     try:
@@ -81,6 +82,7 @@ def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[St
         forget_trees("cpu")
         STAND_INS.pop("cpu", None)
         unrecordable_ops.STAND_IN_OPS.pop("cpu", None)
+        unrecordable_ops.STANDS_FOR.clear()
         use_device(None)
         if not was_enabled:
             disable("cpu")

@@ -132,6 +132,9 @@ UNRECORDABLE_OPS: dict[str, dict[str, str | Listed]] = {
 #: Lists of device types that something stands in for now (``sycl_rules.on_cpu`` puts the
 #: CPU's here): they replace the device's own.
 STAND_IN_OPS: dict[str, dict[str, str]] = {}
+#: The operator each entry of those lists stands for, where the names differ
+#: (``allow_capture_ops`` takes either name).
+STANDS_FOR: dict[str, str] = {}
 
 
 def torch_release() -> tuple[int, int]:
@@ -158,7 +161,11 @@ def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
     """The operators to partition out of graphs on ``device_type``: the device's list, less
     ``config.allow_capture_ops``, plus ``config.never_capture_ops``."""
     allowed = set(config.allow_capture_ops)
-    listed = [op for op in listed_ops(device_type) if op not in allowed]
+    listed = [
+        op
+        for op in listed_ops(device_type)
+        if op not in allowed and STANDS_FOR.get(op, op) not in allowed
+    ]
     return tuple(dict.fromkeys([*listed, *config.never_capture_ops]))
 
 
@@ -178,6 +185,7 @@ def listed_name(op: Any, listed: tuple[str, ...]) -> str | None:
 def why_not_captured(device_type: str, op: str) -> str:
     """Why ``op`` is not captured on ``device_type``, for reports and logs."""
     reason = listed_ops(device_type).get(op)
-    if reason is not None and op not in config.allow_capture_ops:
+    allowed = config.allow_capture_ops
+    if reason is not None and op not in allowed and STANDS_FOR.get(op, op) not in allowed:
         return f"{op} is not captured on {device_type}: {reason}"
     return f"{op} is not captured: listed in inductor_xpugraph.config.never_capture_ops"

@@ -1,0 +1,104 @@
+"""A small transformer on the CPU under SYCL Graph's rules (``sycl_rules.on_cpu``), as torch's
+XPU runtime of 2.13 and 2.15 meets them: outputs equal eager's, no exception reaches the
+caller, the attention forward is partitioned out on 2.13 (oneDNN's kernel fails capture
+there, intel/torch-xpu-ops#5069) and captured on 2.15, its backward (sycl-tla flash) is
+partitioned out on both, and ``report()`` names what runs un-graphed and why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import inductor_xpugraph
+from inductor_xpugraph import sycl_rules
+
+ATTENTION = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+        self.out = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).view(2, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(attended.transpose(1, 2).reshape(2, 8, 16)).relu()
+
+
+def skipped_for(reason_part: str) -> list[str]:
+    return [e.reason for e in inductor_xpugraph.report().events if reason_part in e.reason]
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    torch._dynamo.reset()
+    inductor_xpugraph.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("release, attention_captured", [("2.13", False), ("2.15", True)])
+def test_inference_equals_eager_with_attention_partitioned_out_where_the_release_refuses_it(
+    release, attention_captured
+):
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(2, 8, 16)
+    with torch.no_grad():
+        expected = model(x)
+        with sycl_rules.on_cpu(release) as device:
+            compiled = torch.compile(model, mode="reduce-overhead")
+            outputs = [compiled(x).clone() for _ in range(4)]
+            stats = inductor_xpugraph.stats()
+            left_out = skipped_for(ATTENTION)
+            assert not [q for q in device.queues() if q.state == "recording"]
+    for out in outputs:
+        torch.testing.assert_close(out, expected)
+    assert stats["capture_failures"] == 0 and stats["fallbacks"] == 0
+    assert stats["records"] >= 1 and stats["replays"] >= 2
+    assert bool(left_out) is not attention_captured
+    if left_out:
+        assert "intel/torch-xpu-ops#5069" in left_out[0]
+        assert "between the graphed partitions" in left_out[0]
+
+
+@pytest.mark.parametrize("release", ["2.13", "2.15"])
+def test_training_equals_eager_with_the_attention_backward_partitioned_out(release):
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(2, 8, 16)
+    reference = Block()
+    reference.load_state_dict(model.state_dict())
+    reference(x).sum().backward()
+    with sycl_rules.on_cpu(release):
+        compiled = torch.compile(model, mode="reduce-overhead")
+        for _ in range(3):
+            model.zero_grad()
+            compiled(x).sum().backward()
+        stats = inductor_xpugraph.stats()
+        backward_left_out = skipped_for(ATTENTION + "_backward")
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad)
+    assert stats["capture_failures"] == 0 and stats["fallbacks"] == 0
+    assert stats["records"] >= 2 and stats["replays"] >= 2
+    assert backward_left_out and "intel/torch-xpu-ops#3142" in backward_left_out[0]
+
+
+def test_an_attention_the_release_refuses_fails_its_capture_and_the_call_still_returns():
+    """With the oneDNN entry lifted (``allow_capture_ops``) on 2.13, the capture meets SYCL's
+    refusal: the call returns eager's result, the callable runs un-graphed after, said once."""
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(2, 8, 16)
+    lifted = ("aten::_scaled_dot_product_fused_attention_overrideable",)
+    with torch.no_grad():
+        expected = model(x)
+        with sycl_rules.on_cpu("2.13"), inductor_xpugraph.config.patch(allow_capture_ops=lifted):
+            compiled = torch.compile(model, mode="reduce-overhead")
+            outputs = [compiled(x).clone() for _ in range(3)]
+            stats = inductor_xpugraph.stats()
+            refused = skipped_for("Graph nodes cannot depend on events from outside the graph")
+    for out in outputs:
+        torch.testing.assert_close(out, expected)
+    assert stats["capture_failures"] == 1
+    assert refused

@@ -291,7 +291,7 @@ def _flash_attention_backward() -> Exercise:
 
         return fn, [torch.ones_like(output), query, key, value, output, logsumexp]
 
-    return Exercise("the flash-attention forward op", make)
+    return Exercise("the flash-attention backward op, after its forward un-graphed", make)
 
 
 #: Per operator (``namespace::name``, every overload), how to run it with sample inputs.

@@ -479,3 +479,34 @@ def test_a_cache_that_refuses_to_empty_is_left_as_it_is(backend, device, monkeyp
         run_on_current_stream(device, "captured code"), [], pool, lambda args: None
     )
     assert outputs == ["captured code output"]
+
+
+def test_is_capturing_asks_of_the_backends_device_not_the_current_one():
+    """With two devices, the caller's current device may be another one than the tree's:
+    whether a capture is under way is asked of the tree's device."""
+
+    class TwoDevices:
+        current = 1
+        capturing = {0: True, 1: False}
+
+        def device_count(self):
+            return 2
+
+        def current_device(self):
+            return self.current
+
+        def is_current_stream_capturing(self):
+            return self.capturing[self.current]
+
+        @contextlib.contextmanager
+        def device(self, index):
+            before, self.current = self.current, index
+            try:
+                yield
+            finally:
+                self.current = before
+
+    module = TwoDevices()
+    assert device_graphs._is_capturing_on(module, 0)() is True
+    assert device_graphs._is_capturing_on(module, 1)() is False
+    assert module.current == 1

@@ -115,6 +115,9 @@ class AcceleratorModule:
     def device_count(self) -> int:
         return torch.accelerator.device_count()
 
+    def current_device(self) -> int:
+        return torch.accelerator.current_device_index()
+
     def Stream(self, device: int) -> torch.Stream:  # noqa: N802 - a device module's name
         return torch.Stream(device=torch.device(self.device_type, device))
 

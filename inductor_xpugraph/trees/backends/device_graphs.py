@@ -96,9 +96,9 @@ class DeviceGraphBackend(GraphBackend):
     begin_allocate_to_pool: Callable[[int, Any], None] | None = None
 
     #: Give cached memory back to the device (``empty_cache``) after a pool is dropped
-    #: (``release_dropped_pools``): xpu's caching allocator of torch 2.11-2.13 frees pools
-    #: that no graph holds inside its out-of-memory retry, with a device synchronization,
-    #: even while a capture is under way; none must be left for it to find.
+    #: (``release_dropped_pools``): xpu's caching allocator (every release to 2.15) frees
+    #: pools that no graph holds inside its out-of-memory retry, with a device
+    #: synchronization, even while a capture is under way; none must be left for it to find.
     empty_cache_after_pool_drop: bool = False
 
     #: Whether the graph class can register a ``torch.Generator`` the code draws from
@@ -136,7 +136,7 @@ class DeviceGraphBackend(GraphBackend):
         # keep per-stream state (cuBLAS a workspace per thread and stream) that a new stream
         # would add to.
         self.capture_stream = _capture_stream(module, device_index)
-        self.is_capturing = module.is_current_stream_capturing
+        self.is_capturing = _is_capturing_on(module, device_index)
         self.warms_up_in_pool = self.begin_allocate_to_pool is not None
         #: Captures that failed at ``capture_begin`` or ``capture_end`` on this backend.
         self.failed_captures = 0
@@ -363,9 +363,13 @@ class DeviceGraphBackend(GraphBackend):
             _CAPTURES.when_none_running(self.device, self._empty_cache)
 
     def _empty_cache(self) -> None:
-        """``empty_cache``, unless a capture we do not know of is under way: the caching
-        allocator refuses to empty its cache then (an internal assert, raised before it
-        changes anything), and the memory stays cached, as it would without us."""
+        """``empty_cache``, unless it raises because a capture we do not know of is under
+        way; the memory then stays cached, as it would without us. CUDA's allocator refuses
+        with an internal assert, raised before it changes anything. XPU's has no such assert:
+        it synchronizes every queue of the device first, which SYCL refuses while one records
+        ("wait cannot be called for a queue which is recording to a command graph."), also
+        before it frees anything. (XPU's out-of-memory retry frees pools no graph holds
+        with no such check on any release: ``empty_cache_after_pool_drop``.)"""
         try:
             self.device_module.empty_cache()
         except RuntimeError as error:
@@ -428,6 +432,22 @@ class DeviceGraphBackend(GraphBackend):
 
 
 _capture_streams: dict[tuple[str, int, int], Any] = {}
+
+
+def _is_capturing_on(module: ModuleType, device_index: int) -> Callable[[], bool]:
+    """``() -> bool``: whether the current stream *of this device* is being captured. The
+    device module's own call asks of the current device, which the caller may have set to
+    another one; with one device they are the same, and its call is bound as it is."""
+    if module.device_count() <= 1:
+        return module.is_current_stream_capturing
+
+    def is_capturing() -> bool:
+        if module.current_device() == device_index:
+            return bool(module.is_current_stream_capturing())
+        with module.device(device_index):
+            return bool(module.is_current_stream_capturing())
+
+    return is_capturing
 
 
 def _stream_records(module: ModuleType, stream: Any) -> bool:

@@ -20,7 +20,7 @@ import torch
 
 from inductor_xpugraph import config
 from inductor_xpugraph._settings import from_environment
-from inductor_xpugraph.trees.backends import backend_class, device_graphs
+from inductor_xpugraph.trees.backends import backend_class, capture_streams, device_graphs
 from inductor_xpugraph.trees.backends.accelerator_graphs import (
     GENERATOR_NOT_REGISTERED,
     AcceleratorGraphBackend,
@@ -138,7 +138,7 @@ class ScriptedAccelerator:
         self.holds: dict[object, int] = {}
 
     def install(self, monkeypatch) -> None:
-        monkeypatch.setattr(device_graphs, "_capture_streams", {})  # this script's streams only
+        monkeypatch.setattr(capture_streams, "_capture_streams", {})  # this script's streams only
         accelerator = torch.accelerator
         monkeypatch.setattr(accelerator, "is_available", lambda: True)
         monkeypatch.setattr(accelerator, "current_accelerator", self.current_accelerator)

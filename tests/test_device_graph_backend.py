@@ -11,7 +11,7 @@ import weakref
 
 import pytest
 
-from inductor_xpugraph.trees.backends import device_graphs
+from inductor_xpugraph.trees.backends import capture_streams, device_graphs
 from inductor_xpugraph.trees.backends.device_graphs import DeviceGraphBackend
 
 _module_ids = itertools.count()
@@ -348,7 +348,10 @@ def test_a_capture_left_recording_ends_when_its_graph_is_destroyed(backend, devi
         backend.capture(run_on_current_stream(device, "code"), [], pool, lambda args: None)
     if device.order == "xpu":
         destroyed = device.log.index("the failed graph is destroyed: its queue executes again")
-        assert "caller waits for capture" not in device.log[device.log.index("recording fails to end") : destroyed]
+        assert (
+            "caller waits for capture"
+            not in device.log[device.log.index("recording fails to end") : destroyed]
+        )
     assert backend.capture_stream is stream and device.capturing_on is None
     graph, outputs = backend.capture(run_on_current_stream(device, "next"), [], pool, lambda a: 0)
     assert outputs == ["next output"] and backend.cannot_record is None
@@ -507,6 +510,6 @@ def test_is_capturing_asks_of_the_backends_device_not_the_current_one():
                 self.current = before
 
     module = TwoDevices()
-    assert device_graphs._is_capturing_on(module, 0)() is True
-    assert device_graphs._is_capturing_on(module, 1)() is False
+    assert capture_streams.is_capturing_on(module, 0)() is True
+    assert capture_streams.is_capturing_on(module, 1)() is False
     assert module.current == 1

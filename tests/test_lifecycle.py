@@ -345,14 +345,14 @@ def test_capture_streams_last_across_trees_and_are_one_per_device_and_thread():
     import threading
     import types
 
-    from inductor_xpugraph.trees.backends.device_graphs import _capture_stream
+    from inductor_xpugraph.trees.backends.capture_streams import capture_stream
 
     module = types.SimpleNamespace(__name__="test_device_module", Stream=lambda device: object())
-    first = _capture_stream(module, 0)
-    assert _capture_stream(module, 0) is first
-    assert _capture_stream(module, 1) is not first
+    first = capture_stream(module, 0)
+    assert capture_stream(module, 0) is first
+    assert capture_stream(module, 1) is not first
     in_other_thread = []
-    thread = threading.Thread(target=lambda: in_other_thread.append(_capture_stream(module, 0)))
+    thread = threading.Thread(target=lambda: in_other_thread.append(capture_stream(module, 0)))
     thread.start()
     thread.join()
     assert in_other_thread[0] is not first

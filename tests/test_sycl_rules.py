@@ -29,7 +29,7 @@ from inductor_xpugraph.sycl_rules.torch_xpu import (
     XPUGraph,
 )
 from inductor_xpugraph.trees import messages, stats
-from inductor_xpugraph.trees.backends import device_graphs
+from inductor_xpugraph.trees.backends import capture_streams, device_graphs
 from inductor_xpugraph.trees.graphed_callable import GraphedCallable
 from inductor_xpugraph.trees.node import Phase
 from inductor_xpugraph.trees.per_thread import tree_for
@@ -43,7 +43,7 @@ def isolated_backends(monkeypatch):
     """Which devices cannot record, and each thread's capture stream, are process-wide:
     each test starts with none."""
     monkeypatch.setattr(device_graphs, "_DEVICES_THAT_CANNOT_RECORD", {})
-    monkeypatch.setattr(device_graphs, "_capture_streams", {})
+    monkeypatch.setattr(capture_streams, "_capture_streams", {})
 
 
 @pytest.fixture

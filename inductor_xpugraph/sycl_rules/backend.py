@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..trees.messages import GENERATOR_NOT_REGISTERED
 from ..trees.backends.cpu_emulation import EmulatedGraph
 from ..trees.backends.device_graphs import DeviceGraphBackend
+from ..trees.messages import GENERATOR_NOT_REGISTERED
 from .torch_xpu import StandInXpu
 
 # The stand-in device the backends of this process use (``sycl_rules.on_cpu`` sets it).

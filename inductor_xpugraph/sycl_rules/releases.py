@@ -22,7 +22,7 @@ import torch
 
 _ONEDNN_ATTENTION = (
     "oneDNN's fused attention kernel raises \"Graph nodes cannot depend on events from outside "
-    "the graph\" under recording on torch 2.13 with oneDNN 3.12 (intel/torch-xpu-ops#5069; "
+    'the graph" under recording on torch 2.13 with oneDNN 3.12 (intel/torch-xpu-ops#5069; '
     "records on a 2.15 nightly)"
 )
 _FLASH_ATTENTION = (
@@ -30,12 +30,10 @@ _FLASH_ATTENTION = (
     "not record (intel/torch-xpu-ops#3142)"
 )
 _ONEMKL = (
-    "oneMKL makes the recording queue depend on an event of its own: \"Graph nodes cannot "
-    "depend on events from outside the graph\" (ggml-org/llama.cpp#28725)"
+    'oneMKL makes the recording queue depend on an event of its own: "Graph nodes cannot '
+    'depend on events from outside the graph" (ggml-org/llama.cpp#28725)'
 )
-_XCCL = (
-    "XCCL's queue: SYCL Graph rejects the cross-queue dependency (pytorch/pytorch#196490)"
-)
+_XCCL = "XCCL's queue: SYCL Graph rejects the cross-queue dependency (pytorch/pytorch#196490)"
 
 #: oneMKL-backed operators of torch's XPU build (``torch.linalg``, ``torch.fft``), named as
 #: on every device.

@@ -291,7 +291,9 @@ class XPUGraph:
         self.pool_id = pool if pool is not None else (next(device._pool_ids), 0)
         queue = stream.queue
         device.begin_allocate_to_pool(
-            0, self.pool_id, lambda: queue.state == "recording" and device.current_stream().queue is queue
+            0,
+            self.pool_id,
+            lambda: queue.state == "recording" and device.current_stream().queue is queue,
         )
         if device.release.routes_host_allocator:
             device.host_routing.append((self.pool_id, weakref.ref(self)))
@@ -300,7 +302,9 @@ class XPUGraph:
         self.sycl_graph.begin_recording(queue)
         device.live_recordings.add(queue.recording_into)
 
-    def record_callable(self, fn: Callable[[list[Any]], Any], args: list[Any], emulated: Any) -> Any:
+    def record_callable(
+        self, fn: Callable[[list[Any]], Any], args: list[Any], emulated: Any
+    ) -> Any:
         """Run the captured callable (``emulated``, an ``EmulatedGraph`` of it) once, as the
         capture's run, and replay it at each replay."""
         self.emulated = emulated

@@ -16,7 +16,6 @@ import torch
 from ... import config
 from .base import Graph, GraphBackend
 
-
 #: Backends that stand in for a device type while a caller says so (``inductor_xpugraph.
 #: sycl_rules.on_cpu`` puts the CPU under SYCL Graph's rules): device type -> backend class.
 STAND_INS: dict[str, type[GraphBackend]] = {}

@@ -84,7 +84,6 @@ POOL_CALLS: dict[str, PoolCalls] = {
 NO_POOL_CALLS = PoolCalls(None, None, None)
 
 
-
 def has_accelerator_graph() -> bool:
     """Whether this torch has ``torch.accelerator.Graph`` (2.13 and later)."""
     return hasattr(getattr(torch, "accelerator", None), "Graph")

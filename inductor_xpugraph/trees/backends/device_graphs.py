@@ -45,7 +45,7 @@ takes a stream 32 streams later. So, after such a failure:
 3. nothing waits on the capture stream while it records (``on_capture_stream``): the
    caller's stream would join the recording. If it still records after the graph was
    destroyed, someone else holds the graph: captures stop on the device (``_stop_recording``),
-   a capture stream is never looked for among queues that record (``_capture_stream``);
+   a capture stream is never looked for among queues that record (``capture_streams``);
 4. on torch's XPUGraph from 2.13, the host (pinned memory) allocator routes into the pool
    too, with a filter that refers to the graph just destroyed, until a ``capture_end`` that
    succeeds; no Python call ends it, and it is evaluated at every pinned allocation while a
@@ -72,6 +72,7 @@ import torch
 
 from .. import messages
 from .base import GraphBackend
+from .capture_streams import capture_stream, is_capturing_on, stream_records
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -135,8 +136,8 @@ class DeviceGraphBackend(GraphBackend):
         # process and shared by the trees that follow one another across resets: libraries
         # keep per-stream state (cuBLAS a workspace per thread and stream) that a new stream
         # would add to.
-        self.capture_stream = _capture_stream(module, device_index)
-        self.is_capturing = _is_capturing_on(module, device_index)
+        self.capture_stream = capture_stream(module, device_index)
+        self.is_capturing = is_capturing_on(module, device_index)
         self.warms_up_in_pool = self.begin_allocate_to_pool is not None
         #: Captures that failed at ``capture_begin`` or ``capture_end`` on this backend.
         self.failed_captures = 0
@@ -173,8 +174,8 @@ class DeviceGraphBackend(GraphBackend):
                     traceback.clear_frames(error.__traceback__)
                 self._undo_pool_routing(handle)
                 box.clear()
-                if _stream_records(self.device_module, self.capture_stream):
-                    self.capture_stream = _capture_stream(
+                if stream_records(self.device_module, self.capture_stream):
+                    self.capture_stream = capture_stream(
                         self.device_module, self.device_index, fresh=True
                     )
                 self._stop_recording(error)
@@ -187,7 +188,7 @@ class DeviceGraphBackend(GraphBackend):
         queued; the caller's stream then waits for the block's work. Every use of the capture
         stream goes through here (Note [The capture stream waits for the caller first])."""
         caller_stream = self.device_module.current_stream(self.device_index)
-        if _stream_records(self.device_module, self.capture_stream):
+        if stream_records(self.device_module, self.capture_stream):
             # Its queue was handed to someone else who is capturing on it (xpu's pools
             # hand the same queues out round-robin): waiting for it would join them.
             self._replace_capture_stream(messages.capture_stream_taken(self.device))
@@ -200,7 +201,7 @@ class DeviceGraphBackend(GraphBackend):
         finally:
             # Never after a failed capture that left the stream recording: the caller's
             # stream would join the recording (Note [Recovering from a failed capture]).
-            if not _stream_records(self.device_module, capture_stream):
+            if not stream_records(self.device_module, capture_stream):
                 caller_stream.wait_stream(capture_stream)
 
     def reason_not_to_capture(self, args: list[Any]) -> str | None:
@@ -230,7 +231,7 @@ class DeviceGraphBackend(GraphBackend):
         for arg in args:
             if isinstance(arg, torch.Generator) and arg.device.type == self.device_type:
                 box[0].register_generator_state(arg)
-        if _stream_records(self.device_module, self.capture_stream):  # (on_capture_stream)
+        if stream_records(self.device_module, self.capture_stream):  # (on_capture_stream)
             self._replace_capture_stream(messages.capture_stream_taken(self.device))
         # Work queued before the capture (warmup runs, input copies) must be complete. Only
         # this thread's two streams are waited for, never the device: another thread may be
@@ -293,12 +294,10 @@ class DeviceGraphBackend(GraphBackend):
         self.failed_captures += 1
         self._undo_pool_routing(pool.handle)
         box.clear()  # destroys the graph: a queue still recording into it executes again
-        if _stream_records(self.device_module, self.capture_stream):
+        if stream_records(self.device_module, self.capture_stream):
             # Someone else holds the graph: its queue records for good, and comes back to
             # whoever takes a stream 32 streams later. Captures stop here.
-            self.capture_stream = _capture_stream(
-                self.device_module, self.device_index, fresh=True
-            )
+            self.capture_stream = capture_stream(self.device_module, self.device_index, fresh=True)
             self._stop_recording(messages.queue_left_recording(self.device), step)
             return
         if self.failure_leaves_host_routing:
@@ -312,7 +311,7 @@ class DeviceGraphBackend(GraphBackend):
     def _replace_capture_stream(self, why: str) -> None:
         """A new capture stream: the next stream of the device's pool that does not record."""
         log.warning(why)
-        self.capture_stream = _capture_stream(self.device_module, self.device_index, fresh=True)
+        self.capture_stream = capture_stream(self.device_module, self.device_index, fresh=True)
 
     def _stop_recording(self, error: BaseException | str, step: str | None = None) -> None:
         """No graph is recorded on this device any more in this process (``cannot_record``):
@@ -429,49 +428,6 @@ class DeviceGraphBackend(GraphBackend):
 
     def after_warmup_in_pool(self) -> None:
         """Runs after each warmup in the pool, outside it."""
-
-
-_capture_streams: dict[tuple[str, int, int], Any] = {}
-
-
-def _is_capturing_on(module: ModuleType, device_index: int) -> Callable[[], bool]:
-    """``() -> bool``: whether the current stream *of this device* is being captured. The
-    device module's own call asks of the current device, which the caller may have set to
-    another one; with one device they are the same, and its call is bound as it is."""
-    if module.device_count() <= 1:
-        return module.is_current_stream_capturing
-
-    def is_capturing() -> bool:
-        if module.current_device() == device_index:
-            return bool(module.is_current_stream_capturing())
-        with module.device(device_index):
-            return bool(module.is_current_stream_capturing())
-
-    return is_capturing
-
-
-def _stream_records(module: ModuleType, stream: Any) -> bool:
-    """Whether ``stream`` is being captured (its queue records)."""
-    with module.stream(stream):
-        return bool(module.is_current_stream_capturing())
-
-
-def _capture_stream(module: ModuleType, device_index: int, fresh: bool = False) -> Any:
-    """This thread's capture stream on the device (``fresh``: a new one from now on, never
-    one whose queue records: xpu hands out the same 32 queues of a pool round-robin)."""
-    key = (module.__name__, device_index, threading.get_ident())
-    if fresh or key not in _capture_streams:
-        stream = module.Stream(device=device_index)
-        for _ in range(STREAMS_TRIED):
-            if not _stream_records(module, stream):
-                break
-            stream = module.Stream(device=device_index)
-        _capture_streams[key] = stream
-    return _capture_streams[key]
-
-
-# Streams a fresh capture stream is looked for among (one xpu pool and one more).
-STREAMS_TRIED = 33
 
 
 class _CapturesInFlight:

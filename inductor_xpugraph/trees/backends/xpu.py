@@ -16,7 +16,6 @@ import torch
 from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend
 
-
 #: From torch 2.13, ``XPUGraph::capture_begin`` routes the host (pinned memory) allocator into
 #: the pool too (Note [Recovering from a failed capture]).
 XPU_GRAPH_ROUTES_HOST_ALLOCATOR = tuple(map(int, torch.__version__.split(".")[:2])) >= (2, 13)

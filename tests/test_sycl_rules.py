@@ -443,6 +443,23 @@ def test_a_failed_capture_end_stops_captures_on_torch_2_13_said_once(caplog):
     del failure
 
 
+def test_a_capture_end_that_fails_in_finalize_keeps_captures_on_torch_2_13():
+    """XPUGraph's ``capture_end`` finalizes after it ended the recording, both routings and
+    the generator's capture mode: a failure there leaves no host routing behind, so captures
+    go on (only the device routing, still in place, tells that the host's is)."""
+    device = stand_in("2.13")
+    backend = XpuRulesBackend(0, device)
+    pool = backend.new_pool()
+    device.fail_next("finalize", LEVEL_ZERO_ERROR)
+    with pytest.raises(sycl.SyclError, match="DEVICE_LOST"):
+        backend.capture(add_one(), [torch.ones(4)], pool, PlaceNothing())
+    assert backend.cannot_record is None
+    assert device.host_routing == [] and device.routing == []
+    assert not device.default_generators[0].state.capturing
+    graph, outputs = backend.capture(add_one(), [torch.ones(4)], pool, PlaceNothing())
+    assert recording_queues(device) == []
+
+
 @pytest.mark.parametrize("release", ["2.11", "2.13"])
 def test_the_callers_stream_never_joins_a_failed_recording(release):
     """Note [Recovering from a failed capture], 3: after the failed capture, the caller's

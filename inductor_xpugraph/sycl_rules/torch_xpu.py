@@ -251,8 +251,10 @@ class StandInXpu:
     # -- failures only hardware shows -----------------------------------------------------
 
     def fail_next(self, step: str, message: str) -> None:
-        """The next ``step`` ("end_recording") fails with ``message``, as a Level Zero error
-        would: the recording goes on."""
+        """The next ``step`` fails with ``message``, as a Level Zero error would:
+        "end_recording" (the recording goes on, and everything after it in ``capture_end``
+        is left undone) or "finalize" (after the recording, the routing and the generator's
+        capture mode ended)."""
         self._failures[step] = message
 
     def _take_failure(self, step: str) -> str | None:
@@ -326,6 +328,9 @@ class XPUGraph:
         for state in self.generator_states:
             state.capturing = False  # capture_epilogue
         self.capture_ended = True
+        failure = device._take_failure("finalize")
+        if failure is not None:  # instantiate(): after the routing and the generator ended
+            raise sycl.SyclError(failure)
         emulated = self.emulated
         self.executable = sycl.ExecutableGraph([emulated.replay] if emulated is not None else [])
         self.sycl_graph = None  # instantiate(), then graph_.reset()

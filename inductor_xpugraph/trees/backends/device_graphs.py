@@ -47,10 +47,12 @@ takes a stream 32 streams later. So, after such a failure:
    destroyed, someone else holds the graph: captures stop on the device (``_stop_recording``),
    a capture stream is never looked for among queues that record (``capture_streams``);
 4. on torch's XPUGraph from 2.13, the host (pinned memory) allocator routes into the pool
-   too, with a filter that refers to the graph just destroyed, until a ``capture_end`` that
-   succeeds; no Python call ends it, and it is evaluated at every pinned allocation while a
-   queue records: captures stop on the device for the process, said once
-   (``failure_leaves_host_routing``);
+   too, with a filter that refers to the graph just destroyed, until ``capture_end`` gets
+   past ending the recording (it ends the device routing, then the host's); no Python call
+   ends it, and it is evaluated at every pinned allocation while a queue records. Where the
+   device routing was still in place, so is the host's: captures stop on the device for the
+   process, said once (``failure_leaves_host_routing``). A ``capture_end`` that raised later,
+   in ``finalize``, left neither;
 5. otherwise an empty graph is captured, from the caller's stream, which takes the generator
    out of capture mode; when even that fails, the device cannot record (``_stop_recording``,
    which gives the generator a fresh state outside capture mode).
@@ -292,7 +294,7 @@ class DeviceGraphBackend(GraphBackend):
         """After ``capture_begin`` or ``capture_end`` raised (``step``): Note [Recovering from
         a failed capture]. ``box`` holds the failed graph, the only reference to it."""
         self.failed_captures += 1
-        self._undo_pool_routing(pool.handle)
+        routing_was_left = self._undo_pool_routing(pool.handle)
         box.clear()  # destroys the graph: a queue still recording into it executes again
         if stream_records(self.device_module, self.capture_stream):
             # Someone else holds the graph: its queue records for good, and comes back to
@@ -300,7 +302,7 @@ class DeviceGraphBackend(GraphBackend):
             self.capture_stream = capture_stream(self.device_module, self.device_index, fresh=True)
             self._stop_recording(messages.queue_left_recording(self.device), step)
             return
-        if self.failure_leaves_host_routing:
+        if self.failure_leaves_host_routing and routing_was_left:
             self._stop_recording(messages.HOST_ROUTING_LEFT, step)
             return
         try:
@@ -334,7 +336,7 @@ class DeviceGraphBackend(GraphBackend):
     def cannot_record(self) -> str | None:
         return _DEVICES_THAT_CANNOT_RECORD.get(self.device)
 
-    def _undo_pool_routing(self, pool_handle: Any) -> None:
+    def _undo_pool_routing(self, pool_handle: Any) -> bool:
         """After ``capture_begin`` or ``capture_end`` raised: what torch left undone.
 
         ``capture_begin`` makes the allocator route the capture's allocations into the pool
@@ -346,13 +348,14 @@ class DeviceGraphBackend(GraphBackend):
         the allocator still routes into the pool, the routing is stopped and the hold given
         back, once, as torch's own ``use_mem_pool`` pairs them. When it no longer routes,
         torch got past that point and nothing is undone: giving the hold back twice would
-        free a pool that graphs still use.
+        free a pool that graphs still use. Returns whether the routing was still in place.
         """
         try:
             self.end_allocate_to_pool(self.device_index, pool_handle)
         except RuntimeError:  # "not currently recording to mempool_id"
-            return
+            return False
         self.release_pool(self.device_index, pool_handle)
+        return True
 
     def release_cached_memory(self) -> None:
         _CAPTURES.when_none_running(self.device, self._empty_cache)

@@ -1,7 +1,8 @@
 """``python -m inductor_xpugraph demo``: see graph trees work on this machine.
 ``python -m inductor_xpugraph inspect <export>``: what a precompiled export holds (``deploy``).
 ``python -m inductor_xpugraph doctor [--device cpu]``: whether this machine's stack is right and
-its devices record graphs (``doctor``).
+its devices record graphs (``doctor``); ``doctor --device cpu --sycl-rules 2.13``: what torch
+2.13's XPU runtime would record, the CPU standing in for the GPU (``sycl_rules.on_cpu``).
 ``python -m inductor_xpugraph report script.py [args]``: run a script, then print its report.
 A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every other command says
 so in one line and exits 2 (``_settings``).
@@ -223,11 +224,42 @@ def run_and_report(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import main
 
-    return main(args.device, probe=not args.no_probe, probe_timeout=args.probe_timeout)
+    if args.sycl_rules is not None:
+        refusal = _sycl_rules_refusal(args)
+        if refusal:
+            print(f"error: {refusal}", file=sys.stderr)
+            return 2
+    return main(
+        args.device,
+        probe=not args.no_probe,
+        probe_timeout=args.probe_timeout,
+        sycl_rules=args.sycl_rules,
+    )
+
+
+def _sycl_rules_refusal(args: argparse.Namespace) -> str:
+    """Why ``doctor --sycl-rules`` cannot run with these options ("" if it can)."""
+    from .sycl_rules.releases import RELEASES
+
+    if args.sycl_rules not in RELEASES:
+        return (
+            f"--sycl-rules {args.sycl_rules}: no rule set for torch {args.sycl_rules}; choose "
+            f"one of {', '.join(sorted(RELEASES))}"
+        )
+    if set(args.device or []) != {"cpu"}:
+        given = ", ".join(f"--device {d}" for d in dict.fromkeys(args.device or [])) or "none"
+        return (
+            "--sycl-rules puts the CPU under SYCL Graph's rules, standing in for an xpu "
+            f"device: it needs --device cpu and no other device (given: {given})"
+        )
+    if args.no_probe:
+        return "--sycl-rules probes the CPU under SYCL Graph's rules; --no-probe captures nothing"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
     from ._probe_report import PROBE_TIMEOUT
+    from .sycl_rules.releases import RELEASES
 
     parser = argparse.ArgumentParser(prog="python -m inductor_xpugraph")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -263,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     doctor_parser.add_argument(
         "--no-probe", action="store_true", help="check the installation only: capture nothing"
+    )
+    doctor_parser.add_argument(
+        "--sycl-rules",
+        default=None,
+        metavar="RELEASE",
+        help="with --device cpu: probe the CPU under SYCL Graph's rules as torch RELEASE's XPU "
+        f"runtime meets them ({', '.join(sorted(RELEASES))}), a stand-in for an Intel GPU, "
+        "not a measurement of one",
     )
     doctor_parser.add_argument(
         "--probe-timeout",

@@ -20,13 +20,21 @@ It runs in a child process that ``_probe_report`` starts and reads: a crash, a h
 poisoned generator there never harms the doctor. The child prints its progress (``stage ...``)
 and its result (``result {json}``) on lines of their own. ``probe_device`` is the same probe
 in this process, for tests with a scripted backend.
+
+With ``--sycl-rules RELEASE`` (``doctor --device cpu --sycl-rules 2.13``) the child probes the
+CPU inside ``sycl_rules.on_cpu(RELEASE)``: through the backend the package's trees use there
+(``XpuRulesBackend``, xpu's backend code over the stand-in device), against the xpu list of
+that release in CPU names, every operator submitted under SYCL Graph's rules. What it shows is
+what that release's XPU runtime would refuse, not a measurement of an XPU device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +79,13 @@ class DeviceProbe:
     generator_after: str = ""  # a random op un-graphed after the captures raised: its words
     ops: list[OpTry] = dataclasses.field(default_factory=list)
     generator_after_ops: str = ""  # the same, after trying the listed operators
+    # The operators compiled graphs partition out on the device, as the probe's process
+    # has them (``ops_not_to_capture``): the list, less allow_capture_ops, plus never_capture_ops.
+    not_to_capture: list[str] = dataclasses.field(default_factory=list)
+    # The torch release whose SYCL Graph rules the CPU followed ("2.13"; "": none, the device
+    # itself or the CPU emulator), and the xpu operator each listed CPU operator stands for.
+    sycl_rules: str = ""
+    stands_for: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -190,6 +205,15 @@ def attempt(
     return result
 
 
+def sycl_rules_of(backend: Any) -> str:
+    """The torch release whose SYCL Graph rules ``backend``'s device follows ("2.13"), when it
+    is the stand-in of ``sycl_rules``; else ""."""
+    from .sycl_rules.releases import Release
+
+    release = getattr(getattr(backend, "device_module", None), "release", None)
+    return release.version if isinstance(release, Release) else ""
+
+
 def _random_op_words(device: str) -> str:
     """'' when a random op runs un-graphed on ``device``, else the error's first line."""
     try:
@@ -215,7 +239,7 @@ def probe_device(
         args = _inputs(label)
     except Exception as error:
         return DeviceProbe(label, unusable=first_line(error))
-    probe = DeviceProbe(label)
+    probe = DeviceProbe(label, sycl_rules=sycl_rules_of(backend))
 
     stage("running a matmul, attention and torch.rand un-graphed")
     expected: dict[str, list[tuple[str, Any]]] = {}
@@ -243,9 +267,15 @@ def probe_device(
     stage("running a random op un-graphed after the captures")
     probe.generator_after = _random_op_words(label)
 
-    from .trees.backends.unrecordable_ops import listed_ops
+    from .trees.backends import unrecordable_ops
 
-    for op in listed_ops(device_type):
+    probe.not_to_capture = list(unrecordable_ops.ops_not_to_capture(device_type))
+    listed = unrecordable_ops.listed_ops(device_type)
+    if probe.sycl_rules:
+        probe.stands_for = {
+            op: xpu_op for op, xpu_op in unrecordable_ops.STANDS_FOR.items() if op in listed
+        }
+    for op in listed:
         stage(f"trying {op} of the do-not-capture list")
         probe.ops.append(try_op(backend, op, label))
     if any(op.outcome == "fails" for op in probe.ops):
@@ -294,6 +324,131 @@ def _flash_attention_backward() -> Exercise:
     return Exercise("the flash-attention backward op, after its forward un-graphed", make)
 
 
+def _cpu_flash_attention_backward() -> Exercise:
+    """The CPU's flash-attention backward op alone (on the stand-in, what stands for xpu's
+    flash backward): its inputs come from the CPU's forward op, run un-graphed first."""
+
+    def make(device: str):
+        query, key, value = _inputs(device)[2:]
+        output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value
+        )
+        backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+        def fn(args):
+            return list(backward(*args, 0.0, False))
+
+        return fn, [torch.ones_like(output), query, key, value, output, logsumexp]
+
+    return Exercise("the CPU's flash-attention backward op, after its forward un-graphed", make)
+
+
+# -- oneMKL's operators (torch.linalg, torch.fft on xpu) ----------------------------------------
+# Small float32 (complex64) samples every device runs. The ``_ex`` variants: ``torch.linalg.inv``
+# and the like add ``aten::_linalg_check_errors``, which reads the result's info on the host (a
+# host wait, which a recording queue refuses for its own reason); the ``_ex`` call runs the
+# operator alone.
+
+
+def _matrices(device: str) -> dict[str, torch.Tensor]:
+    """8 x 8 samples: ``general``, ``spd`` (symmetric positive definite), ``upper``
+    (triangular, well conditioned), ``rhs`` (8 x 3), ``signal`` (64 reals), ``complex``."""
+    cpu_generator = torch.Generator().manual_seed(0)
+    general = torch.randn(8, 8, generator=cpu_generator)
+    spd = general @ general.T + 8 * torch.eye(8)
+    samples = {
+        "general": general,
+        "spd": spd,
+        "upper": torch.triu(spd),
+        "rhs": torch.randn(8, 3, generator=cpu_generator),
+        "signal": torch.randn(64, generator=cpu_generator),
+        "complex": torch.randn(64, dtype=torch.complex64, generator=cpu_generator),
+    }
+    return {name: t.to(device) for name, t in samples.items()}
+
+
+def _outputs(result: Any) -> list[torch.Tensor]:
+    """An operator's outputs as real tensors (complex ones as their real view), for
+    ``attempt`` to compare."""
+    flat = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [torch.view_as_real(t) if t.is_complex() else t for t in flat]
+
+
+def _onemkl(how: str, call: Callable[..., Any], *samples: str) -> Exercise:
+    """``call(*samples)`` (``_matrices``' names); ``how``: the call, in words."""
+
+    def make(device: str):
+        matrices = _matrices(device)
+
+        def fn(args):
+            with warnings.catch_warnings():  # torch.triangular_solve is deprecated
+                warnings.simplefilter("ignore")
+                return _outputs(call(*args))
+
+        return fn, [matrices[name] for name in samples]
+
+    return Exercise(how, make)
+
+
+def _lu_solve() -> Exercise:
+    """``torch.linalg.lu_solve`` alone: the factorization is made un-graphed first."""
+
+    def make(device: str):
+        matrices = _matrices(device)
+        factors, pivots = torch.linalg.lu_factor_ex(matrices["spd"])[:2]
+
+        def fn(args):
+            return _outputs(torch.linalg.lu_solve(*args))
+
+        return fn, [factors, pivots, matrices["rhs"]]
+
+    return Exercise("torch.linalg.lu_solve, after torch.linalg.lu_factor_ex un-graphed", make)
+
+
+def _irfft() -> Exercise:
+    """``torch.fft.irfft`` alone: its complex input is made un-graphed first."""
+
+    def make(device: str):
+        spectrum = torch.fft.rfft(_matrices(device)["signal"])
+        return (lambda args: _outputs(torch.fft.irfft(args[0]))), [spectrum]
+
+    return Exercise("torch.fft.irfft", make)
+
+
+_ONEMKL_EXERCISES: dict[str, Exercise] = {
+    "aten::_fft_r2c": _onemkl("torch.fft.rfft", torch.fft.rfft, "signal"),
+    "aten::_fft_c2c": _onemkl("torch.fft.fft of a complex tensor", torch.fft.fft, "complex"),
+    "aten::_fft_c2r": _irfft(),
+    "aten::linalg_inv_ex": _onemkl(
+        "torch.linalg.inv_ex (torch.linalg.inv without its host-side error check)",
+        torch.linalg.inv_ex,
+        "spd",
+    ),
+    "aten::linalg_qr": _onemkl("torch.linalg.qr", torch.linalg.qr, "general"),
+    "aten::_linalg_eigh": _onemkl("torch.linalg.eigh", torch.linalg.eigh, "spd"),
+    "aten::_linalg_svd": _onemkl("torch.linalg.svd", torch.linalg.svd, "general"),
+    "aten::linalg_cholesky_ex": _onemkl(
+        "torch.linalg.cholesky_ex", torch.linalg.cholesky_ex, "spd"
+    ),
+    "aten::_linalg_solve_ex": _onemkl("torch.linalg.solve_ex", torch.linalg.solve_ex, "spd", "rhs"),
+    "aten::linalg_lu_factor_ex": _onemkl(
+        "torch.linalg.lu_factor_ex", torch.linalg.lu_factor_ex, "spd"
+    ),
+    "aten::linalg_lu_solve": _lu_solve(),
+    "aten::linalg_solve_triangular": _onemkl(
+        "torch.linalg.solve_triangular",
+        lambda upper, rhs: torch.linalg.solve_triangular(upper, rhs, upper=True),
+        "upper",
+        "rhs",
+    ),
+    "aten::triangular_solve": _onemkl(
+        "torch.triangular_solve",
+        lambda upper, rhs: torch.triangular_solve(rhs, upper),
+        "upper",
+        "rhs",
+    ),
+}
+
 #: Per operator (``namespace::name``, every overload), how to run it with sample inputs.
 EXERCISES: dict[str, Exercise] = {
     "aten::_scaled_dot_product_fused_attention_overrideable": _attention_with(
@@ -304,10 +459,12 @@ EXERCISES: dict[str, Exercise] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": _attention_with(
         SDPBackend.FLASH_ATTENTION
     ),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _cpu_flash_attention_backward(),
     "aten::_scaled_dot_product_efficient_attention": _attention_with(
         SDPBackend.EFFICIENT_ATTENTION
     ),
     "aten::_scaled_dot_product_cudnn_attention": _attention_with(SDPBackend.CUDNN_ATTENTION),
+    **_ONEMKL_EXERCISES,
 }
 
 #: Operator namespaces the probe cannot run alone, and why.
@@ -378,14 +535,26 @@ def _backend_class(device_type: str, spec: str | None) -> type:
 
 
 def child_main(argv: list[str]) -> int:
-    """``<device_type> [module:BackendClass]``: probe device 0, print the result line."""
-    device_type, spec = argv[0], (argv[1] if len(argv) > 1 else None)
+    """``<device_type> [module:BackendClass] [--sycl-rules RELEASE]``: probe device 0 (with
+    ``--sycl-rules``, the CPU inside ``sycl_rules.on_cpu(RELEASE)``), print the result line."""
+    device_type, rest = argv[0], list(argv[1:])
+    release = None
+    if "--sycl-rules" in rest:
+        at = rest.index("--sycl-rules")
+        release = rest[at + 1]
+        del rest[at : at + 2]
+    spec = rest[0] if rest else None
     try:
-        probe = probe_device(
-            device_type,
-            lambda: _backend_class(device_type, spec)(0),
-            lambda text: _say("stage", text),
-        )
+        with contextlib.ExitStack() as scope:
+            if release is not None:
+                from . import sycl_rules
+
+                scope.enter_context(sycl_rules.on_cpu(release))
+            probe = probe_device(
+                device_type,
+                lambda: _backend_class(device_type, spec)(0),
+                lambda text: _say("stage", text),
+            )
     except Exception as error:  # a bug of the probe itself, not the device's
         _say("error", first_line(error))
         return 2

@@ -1,6 +1,10 @@
 """The doctor's side of the device probe (``_probe``): start it in a child process per device,
 collect what each child says (or why it said nothing: it did not start, timed out, died), and
 turn that into findings, with what each outcome means for a user of reduce-overhead.
+
+With ``sycl_rules`` (a torch release, ``doctor --device cpu --sycl-rules 2.13``) the CPU's child
+runs inside ``sycl_rules.on_cpu(release)``, and every finding of it says so: its lines are the
+CPU standing in for an xpu device under that release's SYCL Graph rules, not an XPU measurement.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ class ChildRun:
 class RunningProbe:
     """A probe's child process, started; ``result(timeout)`` waits for it and ends it."""
 
-    def __init__(self, device_type: str, backend: str | None, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        device_type: str,
+        backend: str | None,
+        env: dict[str, str],
+        sycl_rules: str | None = None,
+    ) -> None:
         self.device_type = device_type
         self.started = time.monotonic()
         self.error: OSError | None = None
@@ -42,7 +52,7 @@ class RunningProbe:
         env = {**env, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
         try:
             self.process = subprocess.Popen(
-                child_command(device_type, backend),
+                child_command(device_type, backend, sycl_rules),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -109,15 +119,46 @@ def _exit_words(code: int) -> str:
         return f"killed by signal {-code}"
 
 
-def start(device_type: str, backend: str | None = None, env: dict[str, str] | None = None):
+def start(
+    device_type: str,
+    backend: str | None = None,
+    env: dict[str, str] | None = None,
+    sycl_rules: str | None = None,
+):
     """Start the probe of ``device_type`` in a child process (``backend``: "module:Class" to
-    probe another backend class than this project's); ``.result(timeout)`` collects it."""
-    return RunningProbe(device_type, backend, dict(os.environ if env is None else env))
+    probe another backend class than this project's; ``sycl_rules``: a torch release, the CPU
+    under its SYCL Graph rules); ``.result(timeout)`` collects it."""
+    env = dict(os.environ if env is None else env)
+    return RunningProbe(device_type, backend, env, sycl_rules)
 
 
-def child_command(device_type: str, backend: str | None = None) -> list[str]:
-    """The child's command line: ``backend`` ("module:Class") probes another backend class."""
-    return [sys.executable, "-c", _probe.CHILD_CODE, device_type, *([backend] if backend else [])]
+def child_command(
+    device_type: str, backend: str | None = None, sycl_rules: str | None = None
+) -> list[str]:
+    """The child's command line: ``backend`` ("module:Class") probes another backend class;
+    ``sycl_rules`` ("2.13") probes inside ``sycl_rules.on_cpu(sycl_rules)``."""
+    options = [
+        *([backend] if backend else []),
+        *(["--sycl-rules", sycl_rules] if sycl_rules else []),
+    ]
+    return [sys.executable, "-c", _probe.CHILD_CODE, device_type, *options]
+
+
+def where(device_type: str, sycl_rules: str | None = None) -> str:
+    """What a probe's lines are about: "xpu:0", "cpu" (the emulator), or the CPU standing in
+    for an xpu device under torch ``sycl_rules``'s SYCL Graph rules."""
+    if sycl_rules:
+        return f"stand-in xpu, torch {sycl_rules} rules"
+    return _probe.device_label(device_type)
+
+
+def stand_in_words(release: str) -> str:
+    """What the lines of a probe under ``sycl_rules.on_cpu(release)`` are, in words."""
+    return (
+        f"the CPU stands in for an xpu device under SYCL Graph's rules as torch {release}'s XPU "
+        f'runtime meets them (inductor_xpugraph.sycl_rules.on_cpu("{release}")): a stand-in, '
+        "not an XPU measurement"
+    )
 
 
 # -- findings --------------------------------------------------------------------------------------
@@ -173,18 +214,22 @@ _CHILD_PROBLEMS = {
 }
 
 
-def probe_findings(device_type: str, run: ChildRun) -> list[Finding]:
-    """What a probe's child gave (``RunningProbe.result``), as findings."""
+def probe_findings(device_type: str, run: ChildRun, sycl_rules: str | None = None) -> list[Finding]:
+    """What a probe's child gave (``RunningProbe.result``), as findings (``sycl_rules``: the
+    release the child's CPU followed, if any)."""
     if run.probe is None:
         status, detail, advice = _CHILD_PROBLEMS[run.problem]
         words = detail.format(detail=run.detail, stage=run.stage or "starting")
-        return [Finding(f"graphs ({_probe.device_label(device_type)})", status, words, advice)]
-    return graph_findings(device_type, run.probe) + op_list_findings(device_type, run.probe)
+        return [Finding(f"graphs ({where(device_type, sycl_rules)})", status, words, advice)]
+    probe = run.probe
+    if sycl_rules and not probe.sycl_rules:  # a child that failed before it knew the backend
+        probe = dataclasses.replace(probe, sycl_rules=sycl_rules)
+    return graph_findings(device_type, probe) + op_list_findings(device_type, probe)
 
 
 def graph_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]:
     """The probe's graph (``_probe`` steps 1-3): OK, or one finding per problem."""
-    check = f"graphs ({probe.device})"
+    check = f"graphs ({where(device_type, probe.sycl_rules)})"
     if probe.unusable:
         advice = (
             _CHECK_THE_DEVICE.format(device_type, device_type.upper())
@@ -226,6 +271,8 @@ def graph_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]
     if probe.attention_ops:
         attention += f" ({', '.join(probe.attention_ops)})"
     emulated = "; CPU emulator: checks this runtime, not a device" if device_type == "cpu" else ""
+    if probe.sycl_rules:
+        emulated = "; " + stand_in_words(probe.sycl_rules)
     return [
         Finding(
             check,
@@ -239,8 +286,6 @@ def graph_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]
 
 def _not_recorded(device_type: str, probe: _probe.DeviceProbe, check: str) -> list[Finding]:
     """The graph did not record: which parts of it do not, and what that means."""
-    from .trees.backends.unrecordable_ops import ops_not_to_capture
-
     failed = [part for part in _probe.PARTS if not probe.parts[part].recorded]
     if len(failed) == len(_probe.PARTS):
         return [
@@ -263,9 +308,10 @@ def _not_recorded(device_type: str, probe: _probe.DeviceProbe, check: str) -> li
         meaning = _PART_MEANING[part]
         if part == "attention" and probe.attention_ops:
             ops = ",".join(probe.attention_ops)
-            if set(probe.attention_ops) <= set(ops_not_to_capture(device_type)):
+            if set(probe.attention_ops) <= set(probe.not_to_capture):
+                named = ", ".join(_named(op, probe) for op in probe.attention_ops)
                 meaning = (
-                    f"attention runs un-graphed: {ops} is on the do-not-capture list here, so "
+                    f"attention runs un-graphed: {named} is on the do-not-capture list here, so "
                     "Inductor partitions it out and graphs the rest"
                 )
             else:
@@ -295,13 +341,18 @@ def op_list_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Findin
     ``config.allow_capture_ops``."""
     from . import config
 
-    check = f"do-not-capture list ({device_type})"
+    listed_for = where(device_type, probe.sycl_rules) if probe.sycl_rules else device_type
+    check = f"do-not-capture list ({listed_for})"
     if probe.unusable:
         return []
     if not probe.ops:
         return [Finding(check, Status.OK, "empty on this device")]
     allowed = tuple(config.allow_capture_ops)
-    recording = tuple(op.op for op in probe.ops if op.outcome == "records")
+    # allow_capture_ops takes an operator by its name or the xpu name it stands for; the
+    # instruction names the xpu one, which a real xpu device takes too.
+    recording = tuple(
+        probe.stands_for.get(op.op, op.op) for op in probe.ops if op.outcome == "records"
+    )
     to_allow = tuple(dict.fromkeys(allowed + recording))
     take_off = (
         f"take it off the list on this machine: INDUCTOR_XPUGRAPH_ALLOW_CAPTURE_OPS="
@@ -314,24 +365,25 @@ def op_list_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Findin
     findings = []
     not_tried: dict[str, list[str]] = {}  # why -> operators
     for op in probe.ops:
-        is_allowed = op.op in allowed
+        is_allowed = op.op in allowed or probe.stands_for.get(op.op) in allowed
+        name = _named(op.op, probe)
         if op.outcome == "not tried":
             not_tried.setdefault(op.words, []).append(op.op)
         elif op.outcome == "records" and is_allowed:
-            detail = f"{op.op} records here; taken off the list by config.allow_capture_ops"
+            detail = f"{name} records here; taken off the list by config.allow_capture_ops"
             findings.append(Finding(check, Status.OK, detail))
         elif op.outcome == "records":
-            detail = f"{op.op} records here, yet graphs are split around it"
+            detail = f"{name} records here, yet graphs are split around it"
             findings.append(Finding(check, Status.WARN, detail, take_off))
         elif is_allowed:
             detail = (
-                f"{op.op} does not record here ({op.words}), yet config.allow_capture_ops "
+                f"{name} does not record here ({op.words}), yet config.allow_capture_ops "
                 "takes it off the list"
             )
             findings.append(Finding(check, Status.WARN, detail, put_back))
         else:
             detail = (
-                f"{op.op} does not record here ({op.words}): stays on the list, graphs are "
+                f"{name} does not record here ({op.words}): stays on the list, graphs are "
                 "split around it"
             )
             findings.append(Finding(check, Status.OK, detail))
@@ -342,6 +394,12 @@ def op_list_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Findin
     if probe.generator_after_ops:
         findings.append(_generator_finding(check, "after trying them", probe.generator_after_ops))
     return findings
+
+
+def _named(op: str, probe: _probe.DeviceProbe) -> str:
+    """``op``, and the xpu operator it stands for on the stand-in, where the names differ."""
+    xpu_op = probe.stands_for.get(op)
+    return f"{op} (standing for xpu's {xpu_op})" if xpu_op and xpu_op != op else op
 
 
 def _op_names(ops: list[str]) -> str:
@@ -376,14 +434,19 @@ class _Known:
         return self.run
 
 
-def start_probes(devices: list[str], leave_out: set[str]) -> dict[str, RunningProbe | _Known]:
+def start_probes(
+    devices: list[str], leave_out: set[str], sycl_rules: str | None = None
+) -> dict[str, RunningProbe | _Known]:
     """Start the probe of each of ``devices`` in a child process of its own, with the
-    environment variables ``leave_out`` (bad settings, reported apart) left out of it."""
+    environment variables ``leave_out`` (bad settings, reported apart) left out of it;
+    ``sycl_rules``: the CPU's under that torch release's SYCL Graph rules."""
     env = {name: value for name, value in os.environ.items() if name not in leave_out}
     available = available_devices()
     started: dict[str, RunningProbe | _Known] = {}
     for device in dict.fromkeys(devices):
-        if device == "cpu" or device in available:
+        if device == "cpu" and sycl_rules:
+            started[device] = start(device, env=env, sycl_rules=sycl_rules)
+        elif device == "cpu" or device in available:
             started[device] = start(device, env=env)
         else:
             unusable = f"torch.{device}.is_available() is False"

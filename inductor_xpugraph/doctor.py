@@ -17,7 +17,10 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
 - graphs, per device probed (each available xpu and cuda device; the CPU emulator when
   INDUCTOR_XPUGRAPH_DEVICES names it; or those given with ``--device``): a matmul, attention and
   a random op captured and replayed through this project's backend, in a child process
-  (``_probe``), and each operator of the device's do-not-capture list tried there.
+  (``_probe``), and each operator of the device's do-not-capture list tried there. With
+  ``--device cpu --sycl-rules RELEASE``, the CPU under SYCL Graph's rules as torch RELEASE's
+  XPU runtime meets them (``sycl_rules.on_cpu``): what that release would refuse on an Intel
+  GPU, shown on the stand-in (a first ``sycl rules`` line says so), not an XPU measurement.
 
 No check raises: one that does is a FAIL line with its error. A bad setting does not stop the
 command either: ``python -m inductor_xpugraph`` imports the package before it runs, and that
@@ -375,16 +378,37 @@ def _guarded_value(run: Callable[[], Any], default: Any) -> Any:
         return default
 
 
+def check_sycl_rules(release: str) -> Finding:
+    """The first line of a doctor run under ``--sycl-rules``: what its probe lines are."""
+    from ._probe_report import stand_in_words
+
+    return Finding(
+        "sycl rules",
+        Status.OK,
+        f"{stand_in_words(release)}. The graphs and do-not-capture list lines below say what "
+        "records there and why, in SYCL's words; not speed, nor any kernel's own behaviour",
+    )
+
+
 def diagnose(
     probe_devices: list[str] | None = None,
     probe: bool = True,
     probe_timeout: float | None = None,
+    sycl_rules: str | None = None,
 ) -> list[Finding]:
     """Every check. ``probe_devices``: the devices whose graphs are probed (default: each
     available device, and the CPU emulator when enabled); none when ``probe`` is False.
-    ``probe_timeout``: seconds each probe may take (``_probe_report.PROBE_TIMEOUT``)."""
-    from . import _probe, _probe_report
+    ``probe_timeout``: seconds each probe may take (``_probe_report.PROBE_TIMEOUT``).
+    ``sycl_rules``: a torch release ("2.13"): the CPU's probe runs under its SYCL Graph rules
+    (``sycl_rules.on_cpu``), standing in for an xpu device; ValueError for a release it has
+    no rules of."""
+    from . import _probe_report
     from .codegen import enabled_devices
+
+    if sycl_rules is not None:
+        from .sycl_rules.releases import release_of
+
+        release_of(sycl_rules)  # raises, naming the releases it has rules of
 
     settings = _guarded("settings", check_settings)
     devices = available_devices()
@@ -393,12 +417,13 @@ def diagnose(
     def start_probes() -> list[Finding]:  # first: they run while the other checks do
         chosen = probe_devices or _probe_report.default_probe_devices()
         leave_out = set(_guarded_value(bad_settings, {}))  # the settings line says why
-        running.update(_probe_report.start_probes(chosen, leave_out))
+        running.update(_probe_report.start_probes(chosen, leave_out, sycl_rules))
         return []
 
     not_started = _guarded("graphs", start_probes) if probe else []
     emulator = ["cpu"] if "cpu" in enabled_devices() else []
     findings = [
+        *([check_sycl_rules(sycl_rules)] if sycl_rules else []),
         *_guarded("torch", check_torch),
         *settings,
         *_guarded("device", lambda: check_devices(devices)),
@@ -410,9 +435,10 @@ def diagnose(
     findings += not_started
     timeout = _probe_report.PROBE_TIMEOUT if probe_timeout is None else probe_timeout
     for device, child in running.items():
+        rules = sycl_rules if device == "cpu" else None
         findings += _guarded(
-            f"graphs ({_probe.device_label(device)})",
-            lambda: _probe_report.probe_findings(device, child.result(timeout)),
+            f"graphs ({_probe_report.where(device, rules)})",
+            lambda: _probe_report.probe_findings(device, child.result(timeout), rules),
         )
     return findings
 
@@ -421,9 +447,10 @@ def main(
     probe_devices: list[str] | None = None,
     probe: bool = True,
     probe_timeout: float | None = None,
+    sycl_rules: str | None = None,
 ) -> int:
     """Print one line per finding and a count; 1 when any check FAILs, else 0."""
-    findings = diagnose(probe_devices, probe, probe_timeout)
+    findings = diagnose(probe_devices, probe, probe_timeout, sycl_rules)
     for finding in findings:
         print(finding.line())
     failed = [f for f in findings if f.status is Status.FAIL]

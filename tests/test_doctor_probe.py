@@ -8,6 +8,7 @@ start-up (importing torch and this package) takes seconds.
 """
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -15,9 +16,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inductor_xpugraph
-from inductor_xpugraph import _probe, _probe_report
+from inductor_xpugraph import __main__, _probe, _probe_report, doctor, sycl_rules
 from inductor_xpugraph.doctor import Status
-from inductor_xpugraph.trees.backends import unrecordable_ops
+from inductor_xpugraph.sycl_rules import sycl
+from inductor_xpugraph.sycl_rules.releases import ONEMKL_OPS
+from inductor_xpugraph.trees.backends import (
+    backend_class,
+    capture_streams,
+    device_graphs,
+    unrecordable_ops,
+)
 from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
 
 # What SYCL Graph says when a capture meets fused attention (intel/torch-xpu-ops#3142).
@@ -228,6 +236,154 @@ def test_a_listed_op_whose_sample_runs_another_kernel_here_is_not_tried(listed):
         finding.detail
     )
     assert f"runs {CPU_ATTENTION} here, not it" in finding.detail
+
+
+# -- the CPU under SYCL Graph's rules (doctor --device cpu --sycl-rules RELEASE) -------------
+
+SYCL_REFUSAL = f"SyclError: {sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT}"
+ONEDNN_ATTENTION = "aten::_scaled_dot_product_fused_attention_overrideable"
+
+
+@pytest.fixture
+def under_rules(monkeypatch):
+    """``under_rules(release)``: the probe's findings on the CPU inside ``on_cpu(release)``,
+    through the backend the package's trees use there, as the doctor's child runs it."""
+    # Process-wide: which devices cannot record, and each thread's capture stream.
+    monkeypatch.setattr(device_graphs, "_DEVICES_THAT_CANNOT_RECORD", {})
+    monkeypatch.setattr(capture_streams, "_capture_streams", {})
+
+    def run(release):
+        with sycl_rules.on_cpu(release):
+            assert backend_class("cpu") is sycl_rules.XpuRulesBackend
+            result = _probe.probe_device("cpu", lambda: backend_class("cpu")(0))
+        assert result.sycl_rules == release
+        return _probe_report.probe_findings("cpu", _probe_report.ChildRun(result))
+
+    return run
+
+
+def op_line(findings, op):
+    (finding,) = [f for f in findings if f.detail.startswith(f"{op} ")]
+    return finding
+
+
+def test_on_torch_2_13s_rules_onemkl_ops_and_attention_do_not_record_in_sycls_words(under_rules):
+    findings = under_rules("2.13")
+    graphs = findings[0]
+    assert graphs.check == "graphs (stand-in xpu, torch 2.13 rules)"
+    assert graphs.status is Status.WARN, lines(findings)
+    assert graphs.detail == f"attention does not record: {SYCL_REFUSAL}"
+    assert graphs.advice == (
+        f"attention runs un-graphed: {CPU_ATTENTION} (standing for xpu's {ONEDNN_ATTENTION}) "
+        "is on the do-not-capture list here, so Inductor partitions it out and graphs the rest"
+    )
+    attention = op_line(findings, CPU_ATTENTION)
+    assert attention.detail == (
+        f"{CPU_ATTENTION} (standing for xpu's {ONEDNN_ATTENTION}) does not record here "
+        f"({SYCL_REFUSAL}): stays on the list, graphs are split around it"
+    )
+    for op in ONEMKL_OPS:  # each has sample inputs, and each is refused on every release
+        finding = op_line(findings, op)
+        assert finding.check == "do-not-capture list (stand-in xpu, torch 2.13 rules)"
+        assert finding.status is Status.OK
+        assert finding.detail == (
+            f"{op} does not record here ({SYCL_REFUSAL}): stays on the list, graphs are split "
+            "around it"
+        )
+
+
+def test_on_torch_2_15s_rules_attention_records_and_onemkl_still_does_not(under_rules):
+    findings = under_rules("2.15")
+    graphs = findings[0]
+    assert graphs.status is Status.OK, lines(findings)
+    assert graphs.check == "graphs (stand-in xpu, torch 2.15 rules)"
+    assert f"a matmul, attention ({CPU_ATTENTION}) and torch.rand captured" in graphs.detail
+    assert graphs.detail.endswith(
+        "the CPU stands in for an xpu device under SYCL Graph's rules as torch 2.15's XPU "
+        'runtime meets them (inductor_xpugraph.sycl_rules.on_cpu("2.15")): a stand-in, not an '
+        "XPU measurement"
+    )
+    assert not [f for f in findings if f.detail.startswith(f"{CPU_ATTENTION} ")]  # not listed
+    linalg_inv = op_line(findings, "aten::linalg_inv_ex")
+    assert linalg_inv.detail.startswith(
+        f"aten::linalg_inv_ex does not record here ({SYCL_REFUSAL})"
+    )
+
+
+def test_the_onemkl_samples_run_their_operator_and_record_on_the_emulator(listed):
+    """What the stand-in refuses, its rules refuse: without them each sample records, and
+    replays as it ran un-graphed."""
+    listed(*ONEMKL_OPS)
+    findings = probe()
+    assert [f.detail for f in findings[1:]] == [
+        f"{op} records here, yet graphs are split around it" for op in ONEMKL_OPS
+    ], lines(findings)
+
+
+def test_a_stand_in_probe_that_gave_nothing_is_named_as_the_stand_in():
+    run = _probe_report.ChildRun(problem="timeout", detail="did not finish within 1 s")
+    (finding,) = _probe_report.probe_findings("cpu", run, "2.13")
+    assert finding.check == "graphs (stand-in xpu, torch 2.13 rules)"
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (["--sycl-rules", "2.13"], "it needs --device cpu and no other device (given: none)"),
+        (
+            ["--device", "xpu", "--sycl-rules", "2.13"],
+            "it needs --device cpu and no other device (given: --device xpu)",
+        ),
+        (
+            ["--device", "cpu", "--device", "cuda", "--sycl-rules", "2.13"],
+            "(given: --device cpu, --device cuda)",
+        ),
+        (
+            ["--device", "cpu", "--sycl-rules", "2.12"],
+            "--sycl-rules 2.12: no rule set for torch 2.12; choose one of 2.11, 2.13, 2.15",
+        ),
+        (
+            ["--device", "cpu", "--sycl-rules", "2.13", "--no-probe"],
+            "--sycl-rules probes the CPU under SYCL Graph's rules; --no-probe captures nothing",
+        ),
+    ],
+)
+def test_sycl_rules_options_that_cannot_run_exit_2_saying_why(options, error, capsys):
+    assert __main__.main(["doctor", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --sycl-rules") and error in err, err
+
+
+def test_the_command_hands_the_doctor_the_release(monkeypatch):
+    handed = []
+    monkeypatch.setattr(doctor, "main", lambda devices, **options: handed.append(options) or 0)
+    assert __main__.main(["doctor", "--device", "cpu", "--sycl-rules", "2.11"]) == 0
+    assert handed[0]["sycl_rules"] == "2.11"
+
+
+@pytest.mark.slow
+def test_the_command_on_torch_2_13s_rules_prints_what_an_xpu_user_would_see():
+    result = subprocess.run(
+        [sys.executable, "-m", "inductor_xpugraph", "doctor", "--device", "cpu"]
+        + ["--sycl-rules", "2.13"],
+        capture_output=True,
+        text=True,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert out.startswith(
+        "OK    sycl rules: the CPU stands in for an xpu device under SYCL Graph's rules as torch "
+        "2.13's XPU runtime meets them"
+    )
+    assert "a stand-in, not an XPU measurement" in out.splitlines()[0]
+    assert (
+        f"WARN  graphs (stand-in xpu, torch 2.13 rules): attention does not record: "
+        f"{SYCL_REFUSAL}\n      -> attention runs un-graphed: {CPU_ATTENTION}"
+    ) in out
+    assert (
+        "OK    do-not-capture list (stand-in xpu, torch 2.13 rules): aten::linalg_inv_ex does "
+        f"not record here ({SYCL_REFUSAL}): stays on the list"
+    ) in out
 
 
 # -- the child process ------------------------------------------------------------------------

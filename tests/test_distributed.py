@@ -253,8 +253,12 @@ def _data_parallel_worker(rank: int, device: str) -> None:
             net(x).square().mean().backward()
             opt.step()
             opt.zero_grad()
+        # AdamW's first steps move a weight by about lr * sign(grad): where a gradient is
+        # near zero, the rounding differences of Inductor's fused kernels against eager
+        # (about 1e-7) can move it by up to lr: on two CPU cores, up to 10 of the 262,144
+        # weights ended 6e-5 apart. The tolerance allows that, not a wrong gradient.
         for p, q in zip(model.parameters(), reference.module.parameters()):
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=2e-4)
     stats = inductor_xpugraph.stats()
     # Every graph of the chain (forward and backward of each bucket) records once and
     # replays in every later step.

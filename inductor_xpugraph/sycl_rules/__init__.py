@@ -46,7 +46,7 @@ from .torch_xpu import StandInXpu
 def stand_in_ops(release: Release) -> dict[str, str]:
     """This package's xpu do-not-capture list for ``release``, named by the CPU operators
     that stand for the xpu ones."""
-    listed = unrecordable_ops.listed_ops("xpu", _as_tuple(release.version))
+    listed = unrecordable_ops.listed_ops("xpu", release.number)
     return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
 
 
@@ -86,11 +86,6 @@ def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[St
         use_device(None)
         if not was_enabled:
             disable("cpu")
-
-
-def _as_tuple(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
 
 
 __all__ = ["RELEASES", "Release", "StandInXpu", "on_cpu", "release_of", "stand_in_ops"]

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..trees.backends.accelerator_graphs import _PoolGivenAtCaptureBegin
 from ..trees.backends.cpu_emulation import EmulatedGraph
 from ..trees.backends.device_graphs import DeviceGraphBackend
-from ..trees.messages import GENERATOR_NOT_REGISTERED
 from .torch_xpu import StandInXpu
 
 # The stand-in device the backends of this process use (``sycl_rules.on_cpu`` sets it).
@@ -60,27 +60,8 @@ class XpuRulesBackend(DeviceGraphBackend):
         return self.device_module.XPUGraph()
 
     def run_captured(self, graph: Any, fn: Callable[[list[Any]], Any], args: list[Any]) -> Any:
-        return graph.record_callable(fn, args, EmulatedGraph(fn, args))
-
-
-class _AcceleratorGraph:
-    """``torch.accelerator.Graph`` of torch 2.13-2.15 on the stand-in, as
-    ``AcceleratorGraphBackend`` wraps it: the pool given at ``capture_begin``, and no
-    ``register_generator_state``."""
-
-    def __init__(self, graph: Any) -> None:
-        self.graph = graph
-        self.capture_end = graph.capture_end
-        self.replay = graph.replay
-        self.reset = graph.reset
-        self.pool = graph.pool
-        self.record_callable = graph.record_callable
-
-    def capture_begin(self, pool: Any = None) -> None:
-        self.graph.capture_begin(pool=pool)
-
-    def register_generator_state(self, generator: Any) -> None:
-        raise RuntimeError(GENERATOR_NOT_REGISTERED)
+        stand_in_graph = getattr(graph, "graph", graph)  # unwrapped (AcceleratorRulesBackend)
+        return stand_in_graph.record_callable(EmulatedGraph(fn, args))
 
 
 class AcceleratorRulesBackend(XpuRulesBackend):
@@ -97,4 +78,5 @@ class AcceleratorRulesBackend(XpuRulesBackend):
         super().__init__(device_index, stand_in)
 
     def new_graph(self) -> Any:
-        return _AcceleratorGraph(self.device_module.XPUGraph())
+        # torch.accelerator.Graph's shape, in the wrapper AcceleratorGraphBackend puts on it
+        return _PoolGivenAtCaptureBegin(self.device_module.AcceleratorGraph())

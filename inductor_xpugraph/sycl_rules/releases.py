@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
+from ..trees.backends.unrecordable_ops import ONEMKL_OPS, torch_release
 
 _ONEDNN_ATTENTION = (
     "oneDNN's fused attention kernel raises \"Graph nodes cannot depend on events from outside "
@@ -34,15 +34,6 @@ _ONEMKL = (
     'depend on events from outside the graph" (ggml-org/llama.cpp#28725)'
 )
 _XCCL = "XCCL's queue: SYCL Graph rejects the cross-queue dependency (pytorch/pytorch#196490)"
-
-#: oneMKL-backed operators of torch's XPU build (``torch.linalg``, ``torch.fft``), named as
-#: on every device.
-ONEMKL_OPS = (
-    "aten::_fft_c2c aten::_fft_r2c aten::_fft_c2r aten::linalg_lu_factor_ex "
-    "aten::linalg_lu_solve aten::linalg_qr aten::_linalg_eigh aten::_linalg_svd "
-    "aten::linalg_cholesky_ex aten::linalg_inv_ex aten::_linalg_solve_ex "
-    "aten::linalg_solve_triangular aten::triangular_solve"
-).split()
 
 #: The xpu operator each CPU operator stands for on the stand-in, where the names differ:
 #: the CPU's attention forward stands for oneDNN's (the kernel xpu picks when no input needs
@@ -72,6 +63,12 @@ class Release:
     #: ``torch.accelerator.Graph`` exists (without ``register_generator_state``).
     has_accelerator_graph: bool
 
+    @property
+    def number(self) -> tuple[int, int]:
+        """``version`` as (major, minor)."""
+        major, minor = self.version.split(".")
+        return int(major), int(minor)
+
     def refused_cpu_ops(self) -> dict[str, str]:
         """``refused_ops``, named by the CPU operators that stand for them."""
         return {CPU_STAND_INS.get(op, op): why for op, why in self.refused_ops.items()}
@@ -96,12 +93,6 @@ RELEASES: dict[str, Release] = {
 }
 
 
-def torch_release() -> tuple[int, int]:
-    """The installed torch's (major, minor)."""
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int(minor)
-
-
 def release_of(version: str | None = None) -> Release:
     """The rule set of ``version`` ("2.13"), or of the installed torch: the newest release
     listed that is not newer than it."""
@@ -112,11 +103,5 @@ def release_of(version: str | None = None) -> Release:
                 f"choose one of {sorted(RELEASES)}"
             )
         return RELEASES[version]
-    installed = torch_release()
-    known = [v for v in RELEASES if _as_tuple(v) <= installed]
-    return RELEASES[max(known, key=_as_tuple)] if known else RELEASES["2.11"]
-
-
-def _as_tuple(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
+    known = [release for release in RELEASES.values() if release.number <= torch_release()]
+    return max(known, key=lambda release: release.number) if known else RELEASES["2.11"]

@@ -98,7 +98,7 @@ def _recorded_not_run(func: Any, args: Any, kwargs: Any) -> Any:
     in-place and ``out=`` arguments, unchanged."""
     written = _written_arguments(func, args, kwargs)
     stand_ins = {id(t): t.clone() for t in written}
-    originals = {id(c): t for t in written for c in [stand_ins[id(t)]]}
+    originals = {id(stand_ins[id(t)]): t for t in written}
 
     def swap(value: Any) -> Any:
         return stand_ins.get(id(value), value) if isinstance(value, torch.Tensor) else value

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
 
 Kernel = Callable[[], None]
 
@@ -200,10 +199,6 @@ class CommandGraph:
         """What queues recording into this graph hold (``Queue.recording_into``)."""
         return self._state
 
-    @property
-    def nodes(self) -> int:
-        return len(self._state.nodes)
-
 
 def _destroy(state: _GraphState) -> None:
     for queue in list(state.recording_queues):
@@ -253,7 +248,7 @@ class Counter:
             self.values[i] += 1
 
 
-__all__: list[Any] = [
+__all__ = [
     "CommandGraph",
     "Device",
     "Event",

@@ -155,9 +155,7 @@ class StandInXpu:
         # Recordings a capture is running its callable into, between ``capture_begin`` and
         # ``capture_end``: work submitted there runs now, as the emulator's capture does.
         self.live_recordings: set[Any] = set()
-        # Counters a test may read: pools freed by empty_cache, graph nodes recorded where
-        # no capture ran (work that never runs).
-        self.pools_freed = 0
+        # Operators recorded where no capture ran: work that never runs.
         self.dropped_work = 0
 
     # -- streams --------------------------------------------------------------------------
@@ -240,7 +238,6 @@ class StandInXpu:
         self.synchronize()
         for pool in [p for p, holds in self.holds.items() if holds <= 0]:
             del self.holds[pool]
-            self.pools_freed += 1
 
     def check_host_filters(self) -> None:
         """What the host allocator's routing does at a pinned allocation while a queue
@@ -264,6 +261,9 @@ class StandInXpu:
 
     def XPUGraph(self, keep_graph: bool = False) -> XPUGraph:  # noqa: N802
         return XPUGraph(self)
+
+    def AcceleratorGraph(self) -> AcceleratorGraph:  # noqa: N802
+        return AcceleratorGraph(XPUGraph(self))
 
 
 class XPUGraph:
@@ -304,9 +304,7 @@ class XPUGraph:
         self.sycl_graph.begin_recording(queue)
         device.live_recordings.add(queue.recording_into)
 
-    def record_callable(
-        self, fn: Callable[[list[Any]], Any], args: list[Any], emulated: Any
-    ) -> Any:
+    def record_callable(self, emulated: Any) -> Any:
         """Run the captured callable (``emulated``, an ``EmulatedGraph`` of it) once, as the
         capture's run, and replay it at each replay."""
         self.emulated = emulated
@@ -357,6 +355,24 @@ class XPUGraph:
             self.reset()
         except Exception:  # interpreter shutdown
             pass
+
+
+class AcceleratorGraph:
+    """``torch.accelerator.Graph`` of torch 2.13-2.15 over XPU's implementation: the pool is
+    its ``graph_pool``, ``capture_begin`` takes no arguments, and it has no
+    ``register_generator_state``."""
+
+    def __init__(self, graph: XPUGraph) -> None:
+        self.graph_pool: Any = None
+        self._graph = graph
+        self.capture_end = graph.capture_end
+        self.replay = graph.replay
+        self.reset = graph.reset
+        self.pool = graph.pool
+        self.record_callable = graph.record_callable
+
+    def capture_begin(self) -> None:
+        self._graph.capture_begin(pool=self.graph_pool)
 
 
 _device_ids = itertools.count()

@@ -177,9 +177,7 @@ class DeviceGraphBackend(GraphBackend):
                 self._undo_pool_routing(handle)
                 box.clear()
                 if stream_records(self.device_module, self.capture_stream):
-                    self.capture_stream = capture_stream(
-                        self.device_module, self.device_index, fresh=True
-                    )
+                    self._replace_capture_stream()
                 self._stop_recording(error)
                 raise
         return box[0]
@@ -190,11 +188,7 @@ class DeviceGraphBackend(GraphBackend):
         queued; the caller's stream then waits for the block's work. Every use of the capture
         stream goes through here (Note [The capture stream waits for the caller first])."""
         caller_stream = self.device_module.current_stream(self.device_index)
-        if stream_records(self.device_module, self.capture_stream):
-            # Its queue was handed to someone else who is capturing on it (xpu's pools
-            # hand the same queues out round-robin): waiting for it would join them.
-            self._replace_capture_stream(messages.capture_stream_taken(self.device))
-        capture_stream = self.capture_stream
+        capture_stream = self._untaken_capture_stream()
         capture_stream.wait_stream(caller_stream)
         try:
             with self.device_module.device(self.device_index):
@@ -233,8 +227,7 @@ class DeviceGraphBackend(GraphBackend):
         for arg in args:
             if isinstance(arg, torch.Generator) and arg.device.type == self.device_type:
                 box[0].register_generator_state(arg)
-        if stream_records(self.device_module, self.capture_stream):  # (on_capture_stream)
-            self._replace_capture_stream(messages.capture_stream_taken(self.device))
+        self._untaken_capture_stream()
         # Work queued before the capture (warmup runs, input copies) must be complete. Only
         # this thread's two streams are waited for, never the device: another thread may be
         # capturing, and a device-wide synchronization would break its capture ("operation
@@ -299,7 +292,7 @@ class DeviceGraphBackend(GraphBackend):
         if stream_records(self.device_module, self.capture_stream):
             # Someone else holds the graph: its queue records for good, and comes back to
             # whoever takes a stream 32 streams later. Captures stop here.
-            self.capture_stream = capture_stream(self.device_module, self.device_index, fresh=True)
+            self._replace_capture_stream()
             self._stop_recording(messages.queue_left_recording(self.device), step)
             return
         if self.failure_leaves_host_routing and routing_was_left:
@@ -310,9 +303,17 @@ class DeviceGraphBackend(GraphBackend):
         except Exception:  # said by _stop_recording; the capture's own error is raised
             pass
 
-    def _replace_capture_stream(self, why: str) -> None:
+    def _untaken_capture_stream(self) -> Any:
+        """The capture stream, replaced first (and said) when its queue records into someone
+        else's graph: xpu's pools hand the same queues out round-robin, and waiting for it,
+        or on it, would join their recording."""
+        if stream_records(self.device_module, self.capture_stream):
+            log.warning(messages.capture_stream_taken(self.device))
+            self._replace_capture_stream()
+        return self.capture_stream
+
+    def _replace_capture_stream(self) -> None:
         """A new capture stream: the next stream of the device's pool that does not record."""
-        log.warning(why)
         self.capture_stream = capture_stream(self.device_module, self.device_index, fresh=True)
 
     def _stop_recording(self, error: BaseException | str, step: str | None = None) -> None:

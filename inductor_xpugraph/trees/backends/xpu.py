@@ -15,10 +15,11 @@ import torch
 
 from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend
+from .unrecordable_ops import torch_release
 
 #: From torch 2.13, ``XPUGraph::capture_begin`` routes the host (pinned memory) allocator into
 #: the pool too (Note [Recovering from a failed capture]).
-XPU_GRAPH_ROUTES_HOST_ALLOCATOR = tuple(map(int, torch.__version__.split(".")[:2])) >= (2, 13)
+XPU_GRAPH_ROUTES_HOST_ALLOCATOR = torch_release() >= (2, 13)
 
 
 class XpuGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):

@@ -19,7 +19,6 @@ from torch._inductor.virtualized import V
 from torch._library.fake_class_registry import FakeScriptObject
 
 from .. import config
-from ..trees.backends import STAND_INS
 from ..trees.node import Phase
 from ..trees.source_lines import format_source
 from .not_captured_ops import ListedOp
@@ -74,11 +73,8 @@ def partitioned_device(device_type: str) -> bool:
     """Whether Inductor splits graphs of ``device_type`` into partitions around what cannot be
     captured: with ``graph_partition`` on, device kernels that can be captured go into
     ``partition_N`` functions (CPU ops, unsafe ops, unbacked sizes stay in ``call``). On the
-    CPU every kernel stays in ``call`` (all are CPU ops): the CPU has no partitions, but where
-    it stands in for a device (``sycl_rules.on_cpu``: ``not_captured_ops._cpu_as_device``)."""
-    if device_type == "cpu" and "cpu" not in STAND_INS:
-        return False
-    return bool(inductor_config.graph_partition)
+    CPU every kernel stays in ``call`` (all are CPU ops): the CPU has no partitions."""
+    return bool(inductor_config.graph_partition) and device_type != "cpu"
 
 
 def plan_graphs(
@@ -234,7 +230,7 @@ def _whole_graph_skip_reason(
     if graph.disable_cudagraphs_reason:
         return graph.disable_cudagraphs_reason, None
     devices = set(graph.device_types) - {"meta"}
-    if partitioned and device_type != "cpu":
+    if partitioned:
         devices.discard("cpu")  # CPU ops run between the captured partitions
     if devices != {device_type}:
         return f"the graph uses devices {sorted(devices)}, not only {device_type}", None

@@ -20,7 +20,6 @@ Inductor's config is process-wide: compiles on several threads at once share the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -36,7 +35,6 @@ from torch._inductor.scheduler import BaseSchedulerNode, Scheduler
 from torch._inductor.utils import get_op_names
 from torch._inductor.virtualized import V
 
-from ..trees.backends import STAND_INS
 from ..trees.backends.unrecordable_ops import listed_name, why_not_captured
 
 
@@ -109,8 +107,7 @@ def _keep_multi_outputs_with_their_kernel() -> None:
 
     @functools.wraps(should_partition)
     def wrapped(self: Scheduler, node: BaseSchedulerNode) -> str | None:
-        with _cpu_as_device(node):
-            reason = should_partition(self, node)
+        reason = should_partition(self, node)
         if reason is None and _additions and isinstance(node.node, ir.MultiOutput):
             kernel = _kernel_of(node.node)
             op = getattr(kernel, "op_overload", None)
@@ -122,26 +119,6 @@ def _keep_multi_outputs_with_their_kernel() -> None:
 
     wrapped._keeps_multi_outputs = True  # type: ignore[attr-defined]
     Scheduler.should_partition = wrapped  # type: ignore[method-assign]
-
-
-@contextlib.contextmanager
-def _cpu_as_device(node: BaseSchedulerNode) -> Iterator[None]:
-    """While the CPU stands in for a device (``sycl_rules.on_cpu``), Inductor partitions CPU
-    kernels as it does a GPU's: its scheduler leaves every CPU kernel out of partitions
-    ("cpu ops") otherwise, so a listed operator would leave the whole graph un-captured."""
-    device = node.get_device()
-    if "cpu" not in STAND_INS or device is None or device.type != "cpu":
-        yield
-        return
-    node.is_gpu = _device_kernel  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del node.is_gpu
-
-
-def _device_kernel() -> bool:
-    return True
 
 
 def _kernel_of(node: ir.MultiOutput) -> object:

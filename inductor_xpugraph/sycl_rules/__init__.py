@@ -19,7 +19,8 @@ mode) built on a model of SYCL's queues, events and graphs (``sycl``), whose rul
 checked against Intel's SYCL runtime on the CPU (tests/test_sycl_rules_differential.py).
 Every operator is submitted to the current queue (``submission``); those SYCL Graph refuses
 on the release (``releases``) raise SYCL's error at capture, as they would on the GPU, and
-the generated code partitions out what this package's list for that release names. What it
+the graphs that run what this package's list for that release names are not captured (on the
+GPU, Inductor partitions around them; it does not split CPU graphs). What it
 shows: which of a model's graphs capture, what is left un-graphed and why (``report()``),
 that a refused capture never fails a call. What it cannot: speed, and any kernel's own
 behaviour (the kernels are Inductor's CPU kernels, replayed as on the emulator).

@@ -5,7 +5,7 @@ capture does there (read from PyTorch's and torch-xpu-ops' sources and issue thr
 Intel GPU was run by this project): which operators SYCL Graph refuses to record, whether
 ``XPUGraph.capture_begin`` routes the host (pinned) allocator into the graph's pool, and
 whether ``torch.accelerator.Graph`` exists. The stand-in device (``torch_xpu``) follows one of
-them; ``trees.backends.unrecordable_ops`` partitions out, per release, what they refuse.
+them; ``trees.backends.unrecordable_ops`` lists, per release, what they refuse.
 
 The stand-in runs Inductor's CPU code, so an xpu operator is refused through the CPU
 operator that does its work there (``CPU_STAND_INS``): the CPU's attention forward stands for

@@ -47,6 +47,8 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
+from torch.multiprocessing.reductions import StorageWeakRef
+
 from .inputs import InputBuffers, StaticInput, input_identity
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
@@ -136,6 +138,10 @@ class GraphedCallable:
         # generation before (Note [Outputs passed back in]): the tensor inputs that are
         # neither static nor mutated. None until the first call.
         self._passed_back: tuple[int, ...] | None = None
+        # The tensors at the mutated positions of the last call that took the slow path, and
+        # the positions of this call that hold the same ones (``_note_mutated``).
+        self._last_mutated: dict[int, StorageWeakRef] = {}
+        self._passed_again: frozenset[int] = frozenset()
 
     def __call__(self, args: list[Any]) -> Any:
         tree = thread_trees().get(self.device) or tree_for(self.device)
@@ -144,14 +150,18 @@ class GraphedCallable:
             MarkStepBox.mark_step_counter or GenerationTracker.generation
         ):
             passed_back = self._passed_back or self._positions_passed_back(args)
-            tree.maybe_start_generation(args, passed_back, not self._may_restart_generation)
+            tree.maybe_start_generation(
+                args, passed_back, self.mutated_inputs, not self._may_restart_generation
+            )
         size_inputs = self._size_inputs
         key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
         node = tree.current.children.get((self.id, key))
         if (
             node is None
             and self._may_restart_generation
-            and tree.restart_if_repeated(self.id, args, self._positions_passed_back(args))
+            and tree.restart_if_repeated(
+                self.id, args, self._positions_passed_back(args), self.mutated_inputs
+            )
         ):
             node = tree.current.children.get((self.id, key))
         if (
@@ -201,7 +211,28 @@ class GraphedCallable:
 
     # -- slow paths ---------------------------------------------------------------------------
 
+    def _note_mutated(self, args: list[Any]) -> None:
+        """Note which mutated positions hold the very tensor (storage) they held at the last
+        call that took the slow path: state the caller keeps and passes again, which a
+        recording takes where it lies (a replay writes it in place, as the plain call does)."""
+        again = []
+        last = self._last_mutated
+        for i in self.mutated_inputs:
+            arg = args[i]
+            if not isinstance(arg, torch.Tensor):
+                continue
+            now = StorageWeakRef(arg.untyped_storage())
+            before = last.get(i)
+            # A weak reference keeps the storage's C++ object allocated: the same ``cdata``
+            # while it is alive is the same storage, never a new one at a reused address.
+            if before is not None and before.cdata == now.cdata and not before.expired():
+                again.append(i)
+            last[i] = now
+        self._passed_again = frozenset(again)
+
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
+        if self.mutated_inputs:
+            self._note_mutated(args)
         if self.aligned_inputs:
             self._check_alignment(args)
         if self.policy.stopped or tree.backend.is_capturing() or tree.backend.cannot_record:
@@ -385,6 +416,8 @@ class GraphedCallable:
             for i in tensor_inputs
             if i in self.static_inputs
             or (args[i].untyped_storage().data_ptr() in path_blocks and i not in copied_here)
+            or tree.is_kept_state(args[i])
+            or i in self._passed_again
         ]
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]

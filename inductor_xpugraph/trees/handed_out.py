@@ -55,6 +55,37 @@ raise), and so are gradients, which retiring hands over instead. An output passe
 later call of the new generation raises: the generation's replays may have overwritten it.
 Upstream's trees raise when such a call warms up or records (``try_end_curr_warmup`` and
 ``try_end_curr_recording`` invalidate the path's outputs first).
+
+Note [Outputs kept as state]
+----------------------------
+Some outputs are not results but state: a tensor that compiled code makes and stores on an
+object the caller keeps, and that later graphs write in place. A Hugging Face ``StaticCache``
+makes its key and value tensors lazily, at its first update: inside the compiled prefill
+(``torch.zeros`` there, then ``index_copy_``), so they are outputs of that graph (or of its
+warmup), in the pool; every decode step then takes them as inputs and writes them. Running
+statistics or optimizer state made inside compiled code are the same. Retired as results,
+they would go stale with the prefill's generation and the cache would be dead.
+
+They announce themselves: the call that starts the next generation passes such an output at a
+position its callable mutates. That call is where the generation ends, so the decision comes
+before anything is retired: each such output's memory is *handed over* instead of made stale
+(``keep_mutated``): one device copy of its block out of the pool, after which every tensor
+over it (the cache's own, views included) keeps its values in memory of its own, and the graph
+keeps its pool memory. It happens once per tensor: from then on the tensor lies outside the
+pool, is never again an output of this tree, and recordings take it where it lies, a static
+input by address (``GraphTree.is_kept_state``), as they take a parameter. No copy is made
+per call, and nothing the caller holds goes stale silently.
+
+Copying once is correct because nothing else can read that memory in between: the
+generation that made the tensor has ended and the next one has not run a graph yet. It costs
+one copy of each tensor and, until the graph that made it is dropped, its memory twice (the
+pool keeps the graph's copy). It cannot cover a tensor that the generation's *first* call
+does not pass (a later graph partition, or a later graph after a graph break, is the first to
+write it): by then the generation has started and the memory may be overwritten, so it goes
+stale, and the error says which object holds it and how to make it outside the compiled code
+(``messages.stale_state``). Upstream's trees take the output as a managed input of the decode
+graph and crash the process when the next generation overwrites it (segmentation fault on an
+H100, torch 2.11).
 """
 
 from __future__ import annotations
@@ -77,7 +108,7 @@ class HandedOut:
     (their output objects are their recordings'), and the outputs of its un-graphed runs, as
     (callable identity, weak references to its outputs) pairs."""
 
-    __slots__ = ("nodes", "eager_outputs")
+    __slots__ = ("nodes", "eager_outputs", "kept")
 
     def __init__(
         self,
@@ -86,6 +117,20 @@ class HandedOut:
     ) -> None:
         self.nodes = nodes
         self.eager_outputs = eager_outputs
+        # Storage addresses of the outputs kept as state (``keep_mutated``).
+        self.kept: set[int] = set()
+
+    def keep_mutated(self, args: list[Any], positions: Sequence[int]) -> list[int]:
+        """Note [Outputs kept as state]: the positions of ``args`` (those its callable
+        mutates) holding an output of this generation that is about to go stale; their
+        memory is handed over when it is retired, instead of made stale."""
+        kept = []
+        for i in positions:
+            arg = args[i]
+            if isinstance(arg, torch.Tensor) and self._goes_stale(arg):
+                self.kept.add(arg.untyped_storage().data_ptr())
+                kept.append(i)
+        return kept
 
     def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
         """Replace each tensor of ``args`` at ``positions`` that is about to go stale (in an
@@ -110,18 +155,20 @@ class HandedOut:
             if _hands_over(node) or not node.recording.may_hold(address):
                 continue
             return True
+        storage = tensor.untyped_storage()
         for producer, refs in self.eager_outputs:
             if producer.clones_live_outputs:
                 continue
             for ref in refs:
-                if ref() is tensor:
+                out = ref()
+                if out is not None and out.untyped_storage().data_ptr() == storage.data_ptr():
                     return True
         return False
 
     def may_copy(self) -> bool:
         """Whether retiring it may copy memory out of the pool (``hand_over``): gradients
         are handed over, and every block is when storages cannot be made stale."""
-        if storage_invalidator() is None:
+        if self.kept or storage_invalidator() is None:
             return True
         for node in self.nodes:  # a loop, not any(): this runs at every generation
             if _hands_over(node):
@@ -131,7 +178,7 @@ class HandedOut:
     def retire(self, device: str, capturing: bool, dropped_by_reset: bool = False) -> bool:
         """Note [Retiring held outputs]: on ``device``, where a capture is under way on the
         current stream when ``capturing``. Returns whether the caller held anything."""
-        nodes, eager_outputs = self.nodes, self.eager_outputs
+        nodes, eager_outputs, kept = self.nodes, self.eager_outputs, self.kept
         caller_held = False
         invalidate_tensor = tensor_invalidator()
         # 1. Output objects the caller holds: those of forward and inference graphs raise
@@ -141,6 +188,10 @@ class HandedOut:
                 if producer.clones_live_outputs:  # not graph memory: nothing to copy
                     continue
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
+                if kept:  # a warmup's: they leave the pool with its other held outputs
+                    held_outputs = [
+                        out for out in held_outputs if out.untyped_storage().data_ptr() not in kept
+                    ]
                 if held_outputs:
                     caller_held = True
                     message = messages.stale_output(
@@ -160,6 +211,11 @@ class HandedOut:
             if _hands_over(node) or invalidate_tensor is None:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
+            if kept:
+                state = [i for i in positions if recording.blocks_at((i,)).pop().address in kept]
+                if state:
+                    held_by_objects |= recording.blocks_at(state)
+                    positions = [i for i in positions if i not in state]
             message = messages.stale_output(device, node.name, node.source, dropped_by_reset)
             for i in positions:
                 invalidate_tensor(recording.output_object(i), message)
@@ -176,7 +232,7 @@ class HandedOut:
         invalidate_storage = storage_invalidator()
         handed = []
         for block, producer in held.items():
-            hand = _hands_over(producer) or invalidate_storage is None
+            hand = _hands_over(producer) or invalidate_storage is None or block.address in kept
             if hand and not capturing and can_copy_out_of_pool():
                 handed.append(block)
             elif invalidate_storage is not None:
@@ -186,8 +242,8 @@ class HandedOut:
                 block.retire_stale(invalidate_storage, message)
             # else: neither is possible here; ``invalidation`` warned once.
         if handed:
-            hand_over(handed)
-            stats.counters["handovers"] += len(handed)
+            hand_over(handed)  # outputs kept as state are counted where they are kept
+            stats.counters["handovers"] += sum(block.address not in kept for block in handed)
         for recording in {r: None for block in held for r in block.aliased_by}:
             recording.rebuild_aliases()
         return True

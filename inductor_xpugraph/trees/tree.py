@@ -116,6 +116,9 @@ class GraphTree:
         self.evicted: collections.Counter[tuple[int | None, tuple[int, ...]]] = (
             collections.Counter()
         )
+        # Outputs handed over as state (Note [Outputs kept as state] in ``handed_out``), by
+        # storage address: recordings take them as static inputs.
+        self.kept_state: dict[int, StorageWeakRef] = {}
         # Captures since the last summary line (``_log_captures``): how many, and seconds.
         self.captures_unlogged = 0
         self.capture_seconds_unlogged = 0.0
@@ -142,20 +145,28 @@ class GraphTree:
     # -- generations --------------------------------------------------------------------------
 
     def maybe_start_generation(
-        self, args: list[Any], passed_back: Sequence[int], backward: bool = False
+        self,
+        args: list[Any],
+        passed_back: Sequence[int],
+        mutated: Sequence[int] = (),
+        backward: bool = False,
     ) -> None:
         """Called when the generation counter moved: start a new one if that is safe.
 
         A backward never starts one (unless the user drives generations with
         mark_step_begin): it belongs to the iteration of its forward, even when another
         backward of that iteration already ran (two forwards, then their two backwards).
-        ``args``, ``passed_back``: see ``start_generation``.
+        ``args``, ``passed_back``, ``mutated``: see ``start_generation``.
         """
         if MarkStepBox.mark_step_counter or not (backward or self.generation.backward_may_run()):
-            self.start_generation(args, passed_back)
+            self.start_generation(args, passed_back, mutated)
 
     def restart_if_repeated(
-        self, callable_id: int, args: list[Any], passed_back: Sequence[int]
+        self,
+        callable_id: int,
+        args: list[Any],
+        passed_back: Sequence[int],
+        mutated: Sequence[int] = (),
     ) -> bool:
         """A callable met again on the current path starts a new generation, when allowed.
 
@@ -180,11 +191,14 @@ class GraphTree:
                 node = node.parent
         if self.generation.backward_may_run():
             return False
-        self.start_generation(args, passed_back)
+        self.start_generation(args, passed_back, mutated)
         return True
 
     def start_generation(
-        self, args: list[Any] | None = None, passed_back: Sequence[int] = ()
+        self,
+        args: list[Any] | None = None,
+        passed_back: Sequence[int] = (),
+        mutated: Sequence[int] = (),
     ) -> None:
         """The path restarts at the root, and what the generation that ended handed out is
         retired: at once when retiring may copy memory out of the pool (the copy must be
@@ -194,13 +208,18 @@ class GraphTree:
 
         ``args`` are those of the call that starts the generation: the ones at positions
         ``passed_back`` that are outputs of the generation that ended are replaced by
-        copies first (Note [Outputs passed back in])."""
+        copies first (Note [Outputs passed back in]); those at positions ``mutated`` (the
+        callable writes them) are kept as state (Note [Outputs kept as state])."""
         self.retire_ended_generation()
         if self.captures_unlogged:
             self._log_captures()
         self.unretired = self.generation.take_handed_out()
-        if args is not None and passed_back:
-            self.unretired.copy_passed_back(args, passed_back)
+        kept: list[int] = []
+        if args is not None:
+            if passed_back:
+                self.unretired.copy_passed_back(args, passed_back)
+            if mutated:
+                kept = self.unretired.keep_mutated(args, mutated)
         if self.next_memory is not None or self.unretired.may_copy() or self.warmup_outputs:
             self.retire_ended_generation()
         # Before any graph runs: what warmups left in the pool that is still referenced (memory
@@ -208,6 +227,8 @@ class GraphTree:
         # output objects the caller held.
         if self.warmup_outputs:
             self.warmup_outputs.hand_over()
+        for i in kept:  # out of the pool now: recordings take it where it lies
+            self._keep_state(args[i])
         if self.next_memory is not None:
             for child in self.root.child_nodes():
                 self.drop_node(child)
@@ -222,6 +243,25 @@ class GraphTree:
             self.retire_ended_generation()  # before its nodes go
             with self.lock:
                 self.drop_forgotten()  # a freed model's memory goes back at its next step
+
+    def _keep_state(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        self.kept_state[storage.data_ptr()] = StorageWeakRef(storage)
+        stats.counters["handovers"] += 1
+
+    def is_kept_state(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies in an output handed over as state (Note [Outputs kept as
+        state]): recordings take it where it lies, as they take a parameter."""
+        if not self.kept_state:
+            return False
+        storage = tensor.untyped_storage()
+        ref = self.kept_state.get(storage.data_ptr())
+        if ref is None:
+            return False
+        if ref.expired():  # freed: the address may be anyone's now
+            del self.kept_state[storage.data_ptr()]
+            return False
+        return True
 
     def leave_for_this_generation(self) -> None:
         """The rest of this generation runs un-graphed; the next one starts at the root."""

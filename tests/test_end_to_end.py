@@ -171,19 +171,37 @@ def test_falls_back_after_rerecord_limit(device):
     assert stats["fallbacks"] == 1
 
 
-def test_mutated_user_input_is_not_captured_and_the_reason_is_counted(device):
+def test_a_mutated_input_passed_again_is_captured_where_it_lies(device):
+    """A tensor the caller keeps and passes again, written in place by the graph, is state:
+    recorded by address from its second call, and every replay writes it as eager does."""
+
     def add_into(x, y):
         x.add_(y)
         return x.sum()
 
     compiled = torch.compile(add_into, mode="reduce-overhead")
     x, y = torch.zeros(8, device=device), torch.ones(8, device=device)
-    for _ in range(3):
-        compiled(x, y)
-    torch.testing.assert_close(x, torch.full_like(x, 3.0))
+    sums = [compiled(x, y).item() for _ in range(5)]
+    assert sums == [8.0, 16.0, 24.0, 32.0, 40.0]
+    torch.testing.assert_close(x, torch.full_like(x, 5.0))
     stats = inductor_xpugraph.stats()
-    assert stats["records"] == 0
-    assert stats["skips"] >= 1
+    assert (stats["records"], stats["replays"], stats["skips"]) == (1, 3, 0), stats
+
+
+def test_a_mutated_input_that_is_a_new_tensor_each_call_is_not_captured(device):
+    def add_into(x, y):
+        x.add_(y)
+        return x.sum()
+
+    compiled = torch.compile(add_into, mode="reduce-overhead")
+    y = torch.ones(8, device=device)
+    kept = [torch.zeros(8, device=device) for _ in range(3)]  # three tensors, all alive
+    for x in kept:
+        compiled(x, y)
+    for x in kept:
+        torch.testing.assert_close(x, torch.ones_like(x))
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] == 0 and stats["skips"] >= 1
     assert any("mutates input" in reason for reason in stats["skip_reasons"])
 
 

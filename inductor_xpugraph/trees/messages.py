@@ -71,7 +71,7 @@ def fallback_for_evicted_rerecords(generations: int, limit: int, limits: str) ->
 def unsafe_mutation(inputs: str) -> str:
     return (
         f"mutates {inputs}, which are neither static (parameters, buffers) nor outputs of an "
-        f"earlier graph: this call runs un-graphed"
+        f"earlier graph nor the tensors of the call before: this call runs un-graphed"
     )
 
 

@@ -1,0 +1,157 @@
+"""Hugging Face ``generate`` with a compiled forward, the four ways users write it (see
+docs/generation.md): a ``StaticCache`` made lazily inside the compiled prefill, the same cache
+made first (``early_initialization``), transformers' own compile path
+(``cache_implementation="static"``), and the default dynamic cache. Tiny GPT-2 and Llama models
+with random weights, greedy decoding, eight ``generate`` calls on one model object, prompts of
+8 then 12 tokens; every call's tokens must equal eager's. On the emulator, and on cuda in both
+memory strategies (``-m gpu``).
+"""
+
+import pytest
+import torch
+
+import inductor_xpugraph
+
+transformers = pytest.importorskip("transformers")
+
+NEW_TOKENS = 6
+PROMPT_LENGTHS = (8, 8, 8, 8, 12, 12, 12, 12)
+MAX_CACHE_LEN = max(PROMPT_LENGTHS) + NEW_TOKENS
+pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+
+
+def tiny_model(kind: str, device: str):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+            bos_token_id=1, eos_token_id=2,
+        )  # fmt: skip
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(
+            vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        )  # fmt: skip
+        model = transformers.LlamaForCausalLM(config)
+    return model.to(device).eval()
+
+
+def prompts(device: str) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return [
+        torch.randint(3, 1000, (1, n), generator=generator).to(device) for n in PROMPT_LENGTHS
+    ]
+
+
+def generate(model, prompt, **options):
+    return model.generate(
+        prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+        pad_token_id=0, **options,
+    )  # fmt: skip
+
+
+def run_each(model, calls, generate_one):
+    """Tokens of each call, and the replays each call made."""
+    tokens, replays = [], []
+    for prompt in calls:
+        before = inductor_xpugraph.stats()["replays"]
+        tokens.append(generate_one(prompt))
+        replays.append(inductor_xpugraph.stats()["replays"] - before)
+    return tokens, replays
+
+
+def static_cache(model, early: bool):
+    config = model.config
+    cache = transformers.StaticCache(config=config, max_cache_len=MAX_CACHE_LEN)
+    if early:
+        heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
+        cache.early_initialization(
+            batch_size=1, num_heads=heads, head_dim=config.hidden_size // config.num_attention_heads,
+            dtype=model.dtype, device=model.device,
+        )  # fmt: skip
+    return cache
+
+
+def assert_equal_tokens(got, expected):
+    for i, (tokens, eager) in enumerate(zip(got, expected)):
+        assert torch.equal(tokens, eager), f"call {i}: {tokens} != {eager}"
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_static_cache_made_inside_the_compiled_prefill_is_kept_and_replays(kind, device):
+    """The cache's tensors are outputs of the first compiled prefill; the first decode step
+    writes them, so they are handed over once each and taken by address from then on
+    (Note [Outputs kept as state]). Records at most once per step kind and prompt length;
+    the calls after them replay every step; ``cache.reset()`` keeps working."""
+    model = tiny_model(kind, device)
+    calls = prompts(device)
+    expected = [generate(model, prompt) for prompt in calls]
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    cache = static_cache(model, early=False)
+
+    def generate_with_cache(prompt):
+        cache.reset()
+        return generate(model, prompt, past_key_values=cache)
+
+    tokens, replays = run_each(model, calls, generate_with_cache)
+    assert_equal_tokens(tokens, expected)
+    stats = inductor_xpugraph.stats()
+    # The decode step once, the prefill once per prompt length (the first prefill, which
+    # makes the cache, warms up and is compiled again once the cache exists).
+    assert stats["records"] <= 3 and (stats["fallbacks"], stats["skips"]) == (0, 0), stats
+    # Keys and values of each layer (and, on a GPU, the length counter moved there).
+    layers = model.config.num_hidden_layers
+    assert stats["handovers"] in (2 * layers, 3 * layers), stats
+    assert replays[3] == NEW_TOKENS and replays[6:] == [NEW_TOKENS] * 2, replays
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_static_cache_made_before_the_first_call_replays_without_handovers(kind, device):
+    model = tiny_model(kind, device)
+    calls = prompts(device)
+    expected = [generate(model, prompt) for prompt in calls]
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    cache = static_cache(model, early=True)
+
+    def generate_with_cache(prompt):
+        cache.reset()
+        return generate(model, prompt, past_key_values=cache)
+
+    tokens, replays = run_each(model, calls, generate_with_cache)
+    assert_equal_tokens(tokens, expected)
+    stats = inductor_xpugraph.stats()
+    assert stats["records"] <= 3 and (stats["handovers"], stats["fallbacks"]) == (0, 0), stats
+    assert replays[3] == NEW_TOKENS and replays[6:] == [NEW_TOKENS] * 2, replays
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_transformers_own_compile_path_matches_eager_with_a_new_cache_per_call(kind, device):
+    """``cache_implementation="static"``: transformers compiles the decode step itself (on the
+    CPU only with its private ``_compile_all_devices``) and makes a new cache per call."""
+    model = tiny_model(kind, device)
+    calls = prompts(device)
+    expected = [generate(model, prompt) for prompt in calls]
+    config = transformers.CompileConfig(mode="reduce-overhead")
+    config._compile_all_devices = True
+
+    tokens, replays = run_each(
+        model, calls,
+        lambda prompt: generate(model, prompt, cache_implementation="static", compile_config=config),
+    )  # fmt: skip
+    assert_equal_tokens(tokens, expected)
+    stats = inductor_xpugraph.stats()
+    assert stats["fallbacks"] == 0 and stats["records"] <= len(calls), stats
+    assert all(r >= NEW_TOKENS - 2 for r in replays[2:]), replays  # every decode step graphed
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_default_dynamic_cache_matches_eager(kind, device):
+    model = tiny_model(kind, device)
+    calls = prompts(device)[::3]  # one graph per sequence length: a few calls suffice
+    expected = [generate(model, prompt) for prompt in calls]
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    tokens, _ = run_each(model, calls, lambda prompt: generate(model, prompt))
+    assert_equal_tokens(tokens, expected)
+    assert inductor_xpugraph.stats()["fallbacks"] == 0

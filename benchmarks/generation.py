@@ -17,7 +17,8 @@ that row's (upstream's trees crash on ``lazy``). Every call is synchronized. Rep
 ``equal`` (calls whose tokens equal those of the same way compiled without graphs, which
 the graphs must reproduce), ``records/call`` over the last 10 calls (ours:
 ``stats()``; upstream: calls of its ``record_function``), and ``peak reserved`` (the caching
-allocator's high-water mark, graph pools included).
+allocator's high-water mark, graph pools included); ``graphs``, our counters over all calls
+(upstream: its records), and ``compiled_graphs``, Dynamo's.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ import time
 import torch
 
 WAYS = ("lazy", "early", "hf")
-IMPLS = ("ours", "upstream")
+IMPLS = ("ours", "ours_owned", "upstream")  # ours_owned: owned outputs (xpu's strategy)
 NEW_TOKENS = 128
 LAST = 10  # steady-state figures over the last this-many calls
+OUR_COUNTERS = ("warmups", "records", "replays", "rerecords", "fallbacks", "handovers", "skips")
 
 
 def build_model(device: str):
@@ -90,14 +92,17 @@ def run_one(way: str, impl: str, calls: int, device: str) -> dict:
     import inductor_xpugraph
 
     capture_ms = [0.0]
-    if impl == "ours":
+    if impl.startswith("ours"):
         inductor_xpugraph.enable(device)
+        inductor_xpugraph.config.allocator_checkpointing = impl == "ours"
         records = lambda: inductor_xpugraph.stats()["records"]  # noqa: E731
         note_capture_times(capture_ms)
+        counters = lambda: {k: inductor_xpugraph.stats()[k] for k in OUR_COUNTERS}  # noqa: E731
     else:
         inductor_xpugraph.disable(device)
         upstream = count_upstream_records()
         records = lambda: upstream[0]  # noqa: E731
+        counters = lambda: {"records": upstream[0]}  # noqa: E731
     model = build_model(device)
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 32000, (1, 16), generator=generator).to(device) for _ in range(2)]
@@ -162,6 +167,8 @@ def run_one(way: str, impl: str, calls: int, device: str) -> dict:
         # Ours only: milliseconds spent capturing, per call (the cost of its records).
         "capture_ms_per_call": round((capture_ms[0] - capture_ms_at[-LAST]) / LAST, 2),
         "peak_reserved_mib": round(torch.cuda.max_memory_reserved(device) / 2**20, 1),
+        "graphs": counters(),  # over all calls
+        "compiled_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
     }
 
 
@@ -181,7 +188,7 @@ def run_in_fresh_process(way: str, impl: str, calls: int, device: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
-    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=["ours", "upstream"])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", help="write the rows as JSON here too")

@@ -52,14 +52,14 @@ def generate(model, prompt, **options):
     )  # fmt: skip
 
 
-def run_each(model, calls, generate_one):
-    """Tokens of each call, and the replays each call made."""
-    tokens, replays = [], []
+def run_each(model, calls, generate_one, counter="replays"):
+    """Tokens of each call, and how much each call added to ``counter`` (``stats()``)."""
+    tokens, counts = [], []
     for prompt in calls:
-        before = inductor_xpugraph.stats()["replays"]
+        before = inductor_xpugraph.stats()[counter]
         tokens.append(generate_one(prompt))
-        replays.append(inductor_xpugraph.stats()["replays"] - before)
-    return tokens, replays
+        counts.append(inductor_xpugraph.stats()[counter] - before)
+    return tokens, counts
 
 
 def static_cache(model, early: bool):
@@ -129,21 +129,27 @@ def test_a_static_cache_made_before_the_first_call_replays_without_handovers(kin
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_transformers_own_compile_path_matches_eager_with_a_new_cache_per_call(kind, device):
     """``cache_implementation="static"``: transformers compiles the decode step itself (on the
-    CPU only with its private ``_compile_all_devices``) and makes a new cache per call."""
+    CPU only with its private ``_compile_all_devices``) and makes a new cache per call. A
+    cache at addresses no recording has records the step once, beside the earlier
+    recordings; the call's other steps replay (docs/generation.md says why that is kept)."""
     model = tiny_model(kind, device)
     calls = prompts(device)
     expected = [generate(model, prompt) for prompt in calls]
     config = transformers.CompileConfig(mode="reduce-overhead")
     config._compile_all_devices = True
 
-    tokens, replays = run_each(
+    tokens, records = run_each(
         model, calls,
         lambda prompt: generate(model, prompt, cache_implementation="static", compile_config=config),
+        counter="records",
     )  # fmt: skip
     assert_equal_tokens(tokens, expected)
     stats = inductor_xpugraph.stats()
-    assert stats["fallbacks"] == 0 and stats["records"] <= len(calls), stats
-    assert all(r >= NEW_TOKENS - 2 for r in replays[2:]), replays  # every decode step graphed
+    assert stats["fallbacks"] == 0 and all(r <= 1 for r in records), (records, stats)
+    # Every decode step after the first call's is graphed: recorded, replayed, or (once per
+    # cache length) warming up.
+    decode_steps = (len(calls) - 1) * (NEW_TOKENS - 1)
+    assert stats["replays"] + stats["records"] + stats["warmups"] >= decode_steps, stats
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])

@@ -566,6 +566,6 @@ def test_a_callable_met_again_after_a_warmup_in_the_pool_starts_a_new_generation
     identity = CallableIdentity(7, "graph7", Phase.INFERENCE)
     out = warm_up(tree)
     tree.generation.note_eager(identity, [out])
-    assert not tree.restart_if_repeated(8, [], ())  # another callable: the same step
-    assert tree.restart_if_repeated(7, [], ())
+    assert not tree.restart_if_repeated(8, [], (), ())  # another callable: the same step
+    assert tree.restart_if_repeated(7, [], (), ())
     assert tree.current is tree.root

@@ -32,9 +32,7 @@ What keeps a callable's recordings alive, and what frees them: ``lifetime``.
 
 from __future__ import annotations
 
-import inspect
 import itertools
-import json
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -47,14 +45,14 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
-from torch.multiprocessing.reductions import StorageWeakRef
-
 from .inputs import InputBuffers, StaticInput, input_identity
+from .kept_state import PassedAgain, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
 from .per_thread import thread_trees, tree_for
 from .recording import Recording
 from .recording_policy import RecordingPolicy, RecordingSettings
+from .trace import trace_recording
 from .tree import GraphTree
 
 log = logging.getLogger("inductor_xpugraph")
@@ -138,55 +136,60 @@ class GraphedCallable:
         # generation before (Note [Outputs passed back in]): the tensor inputs that are
         # neither static nor mutated. None until the first call.
         self._passed_back: tuple[int, ...] | None = None
-        # The tensors at the mutated positions of the last call that took the slow path, and
-        # the positions of this call that hold the same ones (``_note_mutated``).
-        self._last_mutated: dict[int, StorageWeakRef] = {}
+        # The mutated positions of this call (on the slow path) that hold the tensors of the
+        # call before: state the caller keeps.
+        self._mutated_inputs_seen = PassedAgain(self.mutated_inputs)
         self._passed_again: frozenset[int] = frozenset()
 
     def __call__(self, args: list[Any]) -> Any:
-        tree = thread_trees().get(self.device) or tree_for(self.device)
-        # generation.current_generation(), inlined: this is the replay fast path.
-        if tree.generation.number != (
-            MarkStepBox.mark_step_counter or GenerationTracker.generation
-        ):
-            passed_back = self._passed_back or self._positions_passed_back(args)
-            tree.maybe_start_generation(
-                args, passed_back, self.mutated_inputs, not self._may_restart_generation
-            )
-        size_inputs = self._size_inputs
-        key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
-        node = tree.current.children.get((self.id, key))
-        if (
-            node is None
-            and self._may_restart_generation
-            and tree.restart_if_repeated(
-                self.id, args, self._positions_passed_back(args), self.mutated_inputs
-            )
-        ):
+        try:
+            tree = thread_trees().get(self.device) or tree_for(self.device)
+            # generation.current_generation(), inlined: this is the replay fast path.
+            if tree.generation.number != (
+                MarkStepBox.mark_step_counter or GenerationTracker.generation
+            ):
+                passed_back = self._passed_back or self._positions_passed_back(args)
+                tree.maybe_start_generation(
+                    args, passed_back, self.mutated_inputs, not self._may_restart_generation
+                )
+            size_inputs = self._size_inputs
+            key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
             node = tree.current.children.get((self.id, key))
-        if (
-            node is not None
-            and node.recording.static_inputs_match(args)
-            and not tree.backend.is_capturing()
-            and (not node.reused_outputs or node.try_release_reused_memory(args))
-        ):
-            recording = node.recording
-            recording.launch(args)
-            if tree.unretired is not None:
-                # A generation's first call: retire the one before while the device runs.
-                tree.retire_ended_generation()
-            outputs = recording.hand_out()  # host work too
-            tree.current = node
-            tree.generation.replayed_nodes.append(node)
+            if (
+                node is None
+                and self._may_restart_generation
+                and tree.restart_if_repeated(
+                    self.id, args, self._positions_passed_back(args), self.mutated_inputs
+                )
+            ):
+                node = tree.current.children.get((self.id, key))
+            if (
+                node is not None
+                and node.recording.static_inputs_match(args)
+                and not tree.backend.is_capturing()
+                and (not node.reused_outputs or node.try_release_reused_memory(args))
+            ):
+                recording = node.recording
+                recording.launch(args)
+                if tree.unretired is not None:
+                    # A generation's first call: retire the one before while the device runs.
+                    tree.retire_ended_generation()
+                outputs = recording.hand_out()  # host work too
+                tree.current = node
+                tree.generation.replayed_nodes.append(node)
+                self._after_run(tree)
+                node.replays += 1
+                stats.counters["replays"] += 1
+                return outputs
+            tree.retire_ended_generation()
+            with tree.lock:
+                outputs = self._slow_path(tree, key, args)
             self._after_run(tree)
-            node.replays += 1
-            stats.counters["replays"] += 1
             return outputs
-        tree.retire_ended_generation()
-        with tree.lock:
-            outputs = self._slow_path(tree, key, args)
-        self._after_run(tree)
-        return outputs
+        except RuntimeError as error:
+            if self.mutated_inputs and args:  # before the call consumed its arguments
+                self._raise_for_stale_state(args, error)
+            raise
 
     def _check_alignment(self, args: list[Any]) -> None:
         """Raise before anything runs if a static input the kernels take as aligned is not."""
@@ -211,28 +214,20 @@ class GraphedCallable:
 
     # -- slow paths ---------------------------------------------------------------------------
 
-    def _note_mutated(self, args: list[Any]) -> None:
-        """Note which mutated positions hold the very tensor (storage) they held at the last
-        call that took the slow path: state the caller keeps and passes again, which a
-        recording takes where it lies (a replay writes it in place, as the plain call does)."""
-        again = []
-        last = self._last_mutated
-        for i in self.mutated_inputs:
-            arg = args[i]
-            if not isinstance(arg, torch.Tensor):
-                continue
-            now = StorageWeakRef(arg.untyped_storage())
-            before = last.get(i)
-            # A weak reference keeps the storage's C++ object allocated: the same ``cdata``
-            # while it is alive is the same storage, never a new one at a reused address.
-            if before is not None and before.cdata == now.cdata and not before.expired():
-                again.append(i)
-            last[i] = now
-        self._passed_again = frozenset(again)
+    def _raise_for_stale_state(self, args: list[Any], cause: Exception | None = None) -> None:
+        """State that went stale although this call writes it (Note [Outputs kept as
+        state]): raise once, naming who holds it; it is kept from now on."""
+        tree = thread_trees().get(self.device) or tree_for(self.device)
+        error = stale_state_error(
+            args, self.mutated_inputs, tree.keep_state, self.name, self.describe_inputs
+        )
+        if error is not None:
+            raise error from cause
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
         if self.mutated_inputs:
-            self._note_mutated(args)
+            self._raise_for_stale_state(args)
+            self._passed_again = self._mutated_inputs_seen.note(args)
         if self.aligned_inputs:
             self._check_alignment(args)
         if self.policy.stopped or tree.backend.is_capturing() or tree.backend.cannot_record:
@@ -416,7 +411,7 @@ class GraphedCallable:
             for i in tensor_inputs
             if i in self.static_inputs
             or (args[i].untyped_storage().data_ptr() in path_blocks and i not in copied_here)
-            or tree.is_kept_state(args[i])
+            or args[i] in tree.kept_state
             or i in self._passed_again
         ]
         copied = sorted(set(tensor_inputs) - set(static))
@@ -476,7 +471,7 @@ class GraphedCallable:
         del captured_outputs, capture_args
         node = tree.add_node(self.identity, key, recording)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
-        _trace_recording(self, tree, node)
+        trace_recording(node, tree.device, self.compile_id)
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(first_replay_args)
         tree.enter(node)
@@ -499,34 +494,6 @@ class GraphedCallable:
         if raises:
             raise error
         return self._run_eagerly(tree, args)
-
-
-def _trace_recording(graphed: GraphedCallable, tree: GraphTree, node: GraphNode) -> None:
-    """A ``torch._logging`` structured-trace entry per recorded graph (``TORCH_TRACE``), so
-    that tlparse shows our graphs beside Inductor's output of the same compile."""
-    where = {"compile_id": graphed.compile_id} if _TRACE_TAKES_COMPILE_ID else {}
-    torch._logging.trace_structured(
-        "artifact",
-        metadata_fn=lambda: {"name": "inductor_xpugraph_recording", "encoding": "json"},
-        payload_fn=lambda: json.dumps(
-            {
-                "graph": node.name,
-                "phase": node.phase,
-                "device": tree.device,
-                "sizes": list(node.sizes),
-                "parent": node.parent.name if node.parent is not None else None,
-                "output_bytes": sum(block.nbytes for block in node.recording.blocks),
-                "source": node.source,
-            }
-        ),
-        **where,
-    )
-
-
-# tlparse files an artifact under the compile it names, where trace_structured takes one.
-_TRACE_TAKES_COMPILE_ID = (
-    "compile_id" in inspect.signature(torch._logging.trace_structured).parameters
-)
 
 
 def _set_pending_backward(tree: GraphTree) -> None:

@@ -50,42 +50,12 @@ a replay's input copy, may be placed in its memory (sibling branches share memor
 before anything is retired, each such argument of that call is replaced, for the call only,
 by a tensor of the same layout over a copy of its memory (``HandedOut.copy_passed_back``):
 one device copy per step and output passed back. The caller's tensor goes stale as usual.
-Positions the callable mutates are left alone (a mutation of a copy would be lost: they
-raise), and so are gradients, which retiring hands over instead. An output passed to any
-later call of the new generation raises: the generation's replays may have overwritten it.
+Positions the callable mutates are not copied (a mutation of a copy would be lost): what
+they hold is state, handed over instead (Note [Outputs kept as state] in ``kept_state``), as
+gradients are. An output passed to any later call of the new generation raises: the
+generation's replays may have overwritten it.
 Upstream's trees raise when such a call warms up or records (``try_end_curr_warmup`` and
 ``try_end_curr_recording`` invalidate the path's outputs first).
-
-Note [Outputs kept as state]
-----------------------------
-Some outputs are not results but state: a tensor that compiled code makes and stores on an
-object the caller keeps, and that later graphs write in place. A Hugging Face ``StaticCache``
-makes its key and value tensors lazily, at its first update: inside the compiled prefill
-(``torch.zeros`` there, then ``index_copy_``), so they are outputs of that graph (or of its
-warmup), in the pool; every decode step then takes them as inputs and writes them. Running
-statistics or optimizer state made inside compiled code are the same. Retired as results,
-they would go stale with the prefill's generation and the cache would be dead.
-
-They announce themselves: the call that starts the next generation passes such an output at a
-position its callable mutates. That call is where the generation ends, so the decision comes
-before anything is retired: each such output's memory is *handed over* instead of made stale
-(``keep_mutated``): one device copy of its block out of the pool, after which every tensor
-over it (the cache's own, views included) keeps its values in memory of its own, and the graph
-keeps its pool memory. It happens once per tensor: from then on the tensor lies outside the
-pool, is never again an output of this tree, and recordings take it where it lies, a static
-input by address (``GraphTree.is_kept_state``), as they take a parameter. No copy is made
-per call, and nothing the caller holds goes stale silently.
-
-Copying once is correct because nothing else can read that memory in between: the
-generation that made the tensor has ended and the next one has not run a graph yet. It costs
-one copy of each tensor and, until the graph that made it is dropped, its memory twice (the
-pool keeps the graph's copy). It cannot cover a tensor that the generation's *first* call
-does not pass (a later graph partition, or a later graph after a graph break, is the first to
-write it): by then the generation has started and the memory may be overwritten, so it goes
-stale, and the error says which object holds it and how to make it outside the compiled code
-(``messages.stale_state``). Upstream's trees take the output as a managed input of the decode
-graph and crash the process when the next generation overwrites it (segmentation fault on an
-H100, torch 2.11).
 """
 
 from __future__ import annotations

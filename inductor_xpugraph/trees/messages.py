@@ -285,6 +285,21 @@ def stale_output(device: str, name: str, source: str | None, dropped_by_reset: b
     return template.format(device=device, name=f"{name}` from `{source}" if source else name)
 
 
+def stale_state(graph: str, inputs: str, holders: str, caller: str | None) -> str:
+    """An output kept as state that could not be kept (Note [Outputs kept as state])."""
+    where = f" (called from {caller})" if caller else ""
+    return (
+        f"inductor_xpugraph: `{graph}`{where} writes {inputs}, {holders}. It was made inside "
+        f"compiled code, as an output of a graph of the step before, and that step's end "
+        f"overwrote it: the call that started this step did not pass it, so it could not be "
+        f"kept as state. It now holds zeros in memory of its own and is kept from here on: "
+        f"reset it (a Hugging Face cache: `cache.reset()`) and run the request again. To keep "
+        f"its values, make it before the first compiled call (a Hugging Face StaticCache: "
+        f"`cache.early_initialization(batch_size=..., num_heads=..., head_dim=..., "
+        f"dtype=..., device=...)`, or pass a cache built outside the compiled code)."
+    )
+
+
 CANNOT_RESERVE_POOL = (
     "inductor_xpugraph: initial_pool_allocation_gb (upstream's "
     "triton.cudagraph_initial_mempool_allocation_gb) has no effect on %s: %s. The pool grows "

@@ -50,6 +50,24 @@ def user_frame_source() -> str | None:
     return None
 
 
+def caller_source() -> str | None:
+    """The innermost frame of the program itself: not torch's, ours, the standard
+    library's, nor an installed package's (a model library calling the compiled code);
+    ``user_frame_source()`` when every frame is one of those."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _is_library(frame) and not _is_installed(frame):
+            code = frame.f_code
+            return format_source(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return user_frame_source()
+
+
+def _is_installed(frame: types.FrameType) -> bool:
+    path = frame.f_code.co_filename
+    return f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+
+
 def _is_library(frame: types.FrameType) -> bool:
     """Torch (Inductor's generated modules included: they are named ``torch._inductor...``),
     this package, and the standard library (not what is installed beside it)."""

@@ -58,6 +58,7 @@ from .backends import GraphBackend, backend_class
 from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers
+from .kept_state import KeptState
 from .invalidation import can_copy_out_of_pool
 from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
 from .node import CallableIdentity, GraphNode
@@ -116,9 +117,8 @@ class GraphTree:
         self.evicted: collections.Counter[tuple[int | None, tuple[int, ...]]] = (
             collections.Counter()
         )
-        # Outputs handed over as state (Note [Outputs kept as state] in ``handed_out``), by
-        # storage address: recordings take them as static inputs.
-        self.kept_state: dict[int, StorageWeakRef] = {}
+        # Outputs handed over as state: recordings take them as static inputs.
+        self.kept_state = KeptState()
         # Captures since the last summary line (``_log_captures``): how many, and seconds.
         self.captures_unlogged = 0
         self.capture_seconds_unlogged = 0.0
@@ -145,11 +145,7 @@ class GraphTree:
     # -- generations --------------------------------------------------------------------------
 
     def maybe_start_generation(
-        self,
-        args: list[Any],
-        passed_back: Sequence[int],
-        mutated: Sequence[int] = (),
-        backward: bool = False,
+        self, args: list[Any], passed_back: Sequence[int], mutated: Sequence[int], backward: bool
     ) -> None:
         """Called when the generation counter moved: start a new one if that is safe.
 
@@ -162,11 +158,7 @@ class GraphTree:
             self.start_generation(args, passed_back, mutated)
 
     def restart_if_repeated(
-        self,
-        callable_id: int,
-        args: list[Any],
-        passed_back: Sequence[int],
-        mutated: Sequence[int] = (),
+        self, callable_id: int, args: list[Any], passed_back: Sequence[int], mutated: Sequence[int]
     ) -> bool:
         """A callable met again on the current path starts a new generation, when allowed.
 
@@ -195,10 +187,7 @@ class GraphTree:
         return True
 
     def start_generation(
-        self,
-        args: list[Any] | None = None,
-        passed_back: Sequence[int] = (),
-        mutated: Sequence[int] = (),
+        self, args: list[Any] | None = None, passed_back: Sequence[int] = (), mutated=()
     ) -> None:
         """The path restarts at the root, and what the generation that ended handed out is
         retired: at once when retiring may copy memory out of the pool (the copy must be
@@ -228,7 +217,7 @@ class GraphTree:
         if self.warmup_outputs:
             self.warmup_outputs.hand_over()
         for i in kept:  # out of the pool now: recordings take it where it lies
-            self._keep_state(args[i])
+            self.keep_state(args[i])
         if self.next_memory is not None:
             for child in self.root.child_nodes():
                 self.drop_node(child)
@@ -244,24 +233,11 @@ class GraphTree:
             with self.lock:
                 self.drop_forgotten()  # a freed model's memory goes back at its next step
 
-    def _keep_state(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
-        self.kept_state[storage.data_ptr()] = StorageWeakRef(storage)
+    def keep_state(self, tensor: torch.Tensor) -> None:
+        """``tensor`` is state from now on: recordings take it where it lies (Note [Outputs
+        kept as state])."""
+        self.kept_state.keep(tensor)
         stats.counters["handovers"] += 1
-
-    def is_kept_state(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` lies in an output handed over as state (Note [Outputs kept as
-        state]): recordings take it where it lies, as they take a parameter."""
-        if not self.kept_state:
-            return False
-        storage = tensor.untyped_storage()
-        ref = self.kept_state.get(storage.data_ptr())
-        if ref is None:
-            return False
-        if ref.expired():  # freed: the address may be anyone's now
-            del self.kept_state[storage.data_ptr()]
-            return False
-        return True
 
     def leave_for_this_generation(self) -> None:
         """The rest of this generation runs un-graphed; the next one starts at the root."""

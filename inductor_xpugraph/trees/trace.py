@@ -1,0 +1,38 @@
+"""A ``torch._logging`` structured-trace entry per recorded graph (``TORCH_TRACE``), so that
+tlparse shows our graphs beside Inductor's output of the same compile."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any
+
+import torch
+
+from .node import GraphNode
+
+# tlparse files an artifact under the compile it names, where trace_structured takes one.
+_TRACE_TAKES_COMPILE_ID = (
+    "compile_id" in inspect.signature(torch._logging.trace_structured).parameters
+)
+
+
+def trace_recording(node: GraphNode, device: str, compile_id: Any) -> None:
+    """``node`` was just recorded on ``device``, by the compile ``compile_id``."""
+    where = {"compile_id": compile_id} if _TRACE_TAKES_COMPILE_ID else {}
+    torch._logging.trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": "inductor_xpugraph_recording", "encoding": "json"},
+        payload_fn=lambda: json.dumps(
+            {
+                "graph": node.name,
+                "phase": node.phase,
+                "device": device,
+                "sizes": list(node.sizes),
+                "parent": node.parent.name if node.parent is not None else None,
+                "output_bytes": sum(block.nbytes for block in node.recording.blocks),
+                "source": node.source,
+            }
+        ),
+        **where,
+    )

@@ -68,6 +68,68 @@ def count_upstream_records() -> list[int]:
     return count
 
 
+def generate(model, prompt, **options):
+    return model.generate(
+        prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+        pad_token_id=0, **options,
+    )  # fmt: skip
+
+
+def way_calls(model, way: str, mode: str):
+    """A function that runs one request on ``model`` the way ``way`` does, compiled with
+    ``mode`` (the model's original forward is kept as ``model._eager_forward``)."""
+    import transformers
+
+    if way == "hf":
+        compile_config = transformers.CompileConfig(mode=mode)
+        compile_config._compile_all_devices = True  # the CPU emulator too
+        return lambda prompt: generate(
+            model, prompt, cache_implementation="static", compile_config=compile_config
+        )
+    forward = model.__dict__.setdefault("_eager_forward", model.forward)
+    model.forward = torch.compile(forward, mode=mode)
+    config = model.config
+    cache = transformers.StaticCache(config=config, max_cache_len=16 + NEW_TOKENS)
+    if way == "early":
+        cache.early_initialization(
+            batch_size=1, num_heads=config.num_key_value_heads,
+            head_dim=config.hidden_size // config.num_attention_heads,
+            dtype=model.dtype, device=model.device,
+        )  # fmt: skip
+
+    def one_call(prompt):
+        cache.reset()
+        return generate(model, prompt, past_key_values=cache)
+
+    return one_call
+
+
+def prompts_on(device: str) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(3, 32000, (1, 16), generator=generator).to(device) for _ in range(2)]
+
+
+def run_paired(ways: list[str], calls: int, device: str) -> dict:
+    """Ours, one model per way in one process, their calls alternating: tokens/s over the
+    last 10 rounds each, free of the drift between processes."""
+    import inductor_xpugraph
+
+    inductor_xpugraph.enable(device)
+    prompts = prompts_on(device)
+    runners = [way_calls(build_model(device), way, "reduce-overhead") for way in ways]
+    times: list[list[float]] = [[] for _ in ways]
+    for i in range(calls):
+        for runner, spent in zip(runners, times):
+            start = time.perf_counter()
+            runner(prompts[i % 2])
+            torch.cuda.synchronize(device)
+            spent.append(time.perf_counter() - start)
+    rates = {
+        way: round(NEW_TOKENS * LAST / sum(spent[-LAST:]), 1) for way, spent in zip(ways, times)
+    }
+    return {"paired": rates, "graphs": {k: inductor_xpugraph.stats()[k] for k in OUR_COUNTERS}}
+
+
 def note_capture_times(total_ms: list[float]) -> None:
     """Add the capture time of each step our trees log (``CAPTURES_OF_A_STEP``) to
     ``total_ms[0]``."""
@@ -87,8 +149,6 @@ def note_capture_times(total_ms: list[float]) -> None:
 
 
 def run_one(way: str, impl: str, calls: int, device: str) -> dict:
-    import transformers
-
     import inductor_xpugraph
 
     capture_ms = [0.0]
@@ -104,47 +164,14 @@ def run_one(way: str, impl: str, calls: int, device: str) -> dict:
         records = lambda: upstream[0]  # noqa: E731
         counters = lambda: {"records": upstream[0]}  # noqa: E731
     model = build_model(device)
-    generator = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(3, 32000, (1, 16), generator=generator).to(device) for _ in range(2)]
-
-    def generate(prompt, **options):
-        return model.generate(
-            prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-            pad_token_id=0, **options,
-        )  # fmt: skip
-
-    config = model.config
-    forward = model.forward
-
-    def way_with(mode: str):
-        """One call of this way, compiled with ``mode``."""
-        if way == "hf":
-            compile_config = transformers.CompileConfig(mode=mode)
-            compile_config._compile_all_devices = True  # the CPU emulator too
-            return lambda prompt: generate(
-                prompt, cache_implementation="static", compile_config=compile_config
-            )
-        model.forward = torch.compile(forward, mode=mode)
-        cache = transformers.StaticCache(config=config, max_cache_len=16 + NEW_TOKENS)
-        if way == "early":
-            cache.early_initialization(
-                batch_size=1, num_heads=config.num_key_value_heads,
-                head_dim=config.hidden_size // config.num_attention_heads,
-                dtype=model.dtype, device=model.device,
-            )  # fmt: skip
-
-        def one_call(prompt):
-            cache.reset()
-            return generate(prompt, past_key_values=cache)
-
-        return one_call
+    prompts = prompts_on(device)
 
     # What the graphs must reproduce: Inductor's kernels without graphs (bf16 eager rounds
     # differently, and 128 greedy tokens amplify that).
-    with_kernels = way_with("default")
+    with_kernels = way_calls(model, way, "default")
     expected = [with_kernels(p) for p in prompts]
     torch._dynamo.reset()
-    one_call = way_with("reduce-overhead")
+    one_call = way_calls(model, way, "reduce-overhead")
 
     times, equal, records_at, capture_ms_at = [], 0, [], []
     for i in range(calls):
@@ -192,8 +219,14 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", help="write the rows as JSON here too")
+    parser.add_argument(
+        "--paired", nargs="+", choices=WAYS, help="ours only: these ways in one process, alternating"
+    )
     parser.add_argument("--one", nargs=2, metavar=("WAY", "IMPL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.paired:
+        print(json.dumps(run_paired(args.paired, args.calls, args.device)), flush=True)
+        return
     if args.one:
         print(json.dumps(run_one(*args.one, args.calls, args.device)), flush=True)
         return

@@ -94,6 +94,9 @@ class GraphedCallable:
         self.id, self.name, self.phase, self.source, _ = self.identity
         self.static_inputs = frozenset(static_inputs)
         self.mutated_inputs = tuple(mutated_inputs)
+        # Written positions that may hold an output of the step before (state to keep:
+        # Note [Outputs kept as state]); parameters and buffers never do.
+        self._may_be_state = tuple(i for i in self.mutated_inputs if i not in self.static_inputs)
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
         # recording checked them; every other call checks them (``_check_alignment``).
@@ -150,7 +153,7 @@ class GraphedCallable:
             ):
                 passed_back = self._passed_back or self._positions_passed_back(args)
                 tree.maybe_start_generation(
-                    args, passed_back, self.mutated_inputs, not self._may_restart_generation
+                    args, passed_back, self._may_be_state, not self._may_restart_generation
                 )
             size_inputs = self._size_inputs
             key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
@@ -159,7 +162,7 @@ class GraphedCallable:
                 node is None
                 and self._may_restart_generation
                 and tree.restart_if_repeated(
-                    self.id, args, self._positions_passed_back(args), self.mutated_inputs
+                    self.id, args, self._positions_passed_back(args), self._may_be_state
                 )
             ):
                 node = tree.current.children.get((self.id, key))

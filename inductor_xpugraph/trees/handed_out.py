@@ -94,7 +94,9 @@ class HandedOut:
         """Note [Outputs kept as state]: the positions of ``args`` (those its callable
         mutates) holding an output of this generation that is about to go stale; their
         memory is handed over when it is retired, instead of made stale."""
-        kept = []
+        kept: list[int] = []
+        if not self.nodes and not self.eager_outputs:
+            return kept
         for i in positions:
             arg = args[i]
             if isinstance(arg, torch.Tensor) and self._goes_stale(arg):

@@ -53,7 +53,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from . import messages
 from .source_lines import caller_source
 
-STALE_MESSAGE_PREFIX = "inductor_xpugraph: this tensor is an output"
+# What every stale-output message starts with (the step's end, or a reset, dropped it).
+STALE_MESSAGE_PREFIX = messages.STALE_OUTPUT[: messages.STALE_OUTPUT.index("{")]
 
 
 class KeptState:

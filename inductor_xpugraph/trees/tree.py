@@ -58,7 +58,7 @@ from .backends import GraphBackend, backend_class
 from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers
-from .kept_state import KeptState
+from .kept_state import KeptState, stale_positions
 from .invalidation import can_copy_out_of_pool
 from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
 from .node import CallableIdentity, GraphNode
@@ -187,7 +187,10 @@ class GraphTree:
         return True
 
     def start_generation(
-        self, args: list[Any] | None = None, passed_back: Sequence[int] = (), mutated=()
+        self,
+        args: list[Any] | None = None,
+        passed_back: Sequence[int] = (),
+        mutated: Sequence[int] = (),
     ) -> None:
         """The path restarts at the root, and what the generation that ended handed out is
         retired: at once when retiring may copy memory out of the pool (the copy must be
@@ -216,7 +219,9 @@ class GraphTree:
         # output objects the caller held.
         if self.warmup_outputs:
             self.warmup_outputs.hand_over()
-        for i in kept:  # out of the pool now: recordings take it where it lies
+        # Out of the pool now (unless no copy could be queued here: then it went stale, and
+        # its first use says so), recordings take it where it lies.
+        for i in set(kept) - set(stale_positions(args, kept)):
             self.keep_state(args[i])
         if self.next_memory is not None:
             for child in self.root.child_nodes():

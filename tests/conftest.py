@@ -5,6 +5,7 @@ Every test that compiles runs against its own runtime state (``inductor_xpugraph
 depend on the order tests run in or on the developer's ~/.cache.
 """
 
+import collections
 import gc
 import os
 import tempfile
@@ -28,6 +29,18 @@ def pytest_addoption(parser):
         action="store_true",
         help="after tests/conformance: print each behaviour's outcome per implementation",
     )
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips counted by reason, one line each (most of them: no cuda device here)."""
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):
+            reasons[report.longrepr[2].removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_sep("-", "skipped, by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:5d}  {reason}")
 
 
 def cuda_available() -> bool:

@@ -204,7 +204,7 @@ def test_each_thread_has_its_own_tree_in_the_report(device):
 def test_a_recording_is_traced_under_the_compile_that_made_its_graph(device, monkeypatch):
     """``TORCH_TRACE``/tlparse: each recording is a structured-trace artifact filed under the
     compile of its graph, beside Inductor's output for it."""
-    from inductor_xpugraph.trees import trace
+    from inductor_xpugraph.trees import trace as recording_trace
 
     traced = []
     trace = torch._logging.trace_structured
@@ -219,5 +219,5 @@ def test_a_recording_is_traced_under_the_compile_that_made_its_graph(device, mon
         compiled(torch.randn(8, device=device))
     ours = [kw for metadata, kw in traced if metadata.get("name") == "inductor_xpugraph_recording"]
     assert len(ours) == 1
-    if trace._TRACE_TAKES_COMPILE_ID:
+    if recording_trace._TRACE_TAKES_COMPILE_ID:
         assert str(ours[0]["compile_id"]) == "0/0"

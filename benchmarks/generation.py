@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", help="write the rows as JSON here too")
     parser.add_argument(
-        "--paired", nargs="+", choices=WAYS, help="ours only: these ways in one process, alternating"
+        "--paired", nargs="+", choices=WAYS, help="ours only: these ways in one process, in turn"
     )
     parser.add_argument("--one", nargs=2, metavar=("WAY", "IMPL"), help=argparse.SUPPRESS)
     args = parser.parse_args()

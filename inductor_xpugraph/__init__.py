@@ -25,32 +25,12 @@ so that ``python -m inductor_xpugraph doctor`` can report it (``_settings`` says
 
 from __future__ import annotations
 
-import os
+import importlib
+from types import ModuleType
+from typing import Any
 
-from . import _settings, config
+from . import _settings
 from ._version import __version__
-from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
-from .report import report, report_at_exit_if_asked
-from .trees import mark_step_begin, mark_warmup_incomplete, reset
-from .trees import snapshot as stats
-
-_DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
-
-
-def _enable_from_environment() -> None:
-    requested = os.environ.get(_DEVICES_ENV, "xpu")
-    devices = [d for d in (d.strip() for d in requested.split(",")) if d]
-    unknown = [d for d in devices if d not in SUPPORTED_DEVICES]
-    if unknown:  # checked before anything is enabled: a bad value applies nothing
-        why = f"{_DEVICES_ENV}={requested!r}: {unknown} not among {SUPPORTED_DEVICES}"
-        _settings.refuse(_DEVICES_ENV, why)
-        return
-    for device in devices:
-        enable(device)
-
-
-_enable_from_environment()
-report_at_exit_if_asked()
 
 __all__ = [
     "__version__",
@@ -64,3 +44,24 @@ __all__ = [
     "reset",
     "stats",
 ]
+
+
+def load_api() -> ModuleType:
+    """Import the API (torch, the registration, the settings from the environment) into this
+    package; what ``import inductor_xpugraph`` does, except under the command line."""
+    _api = importlib.import_module("._api", __name__)
+    globals().update({name: getattr(_api, name) for name in _api.__all__})
+    return _api
+
+
+if _settings.started_by_the_command_line:
+    # ``python -m inductor_xpugraph`` or the ``inductor-xpugraph`` script: the command line
+    # parses its arguments before anything imports torch (help and usage errors answer at
+    # once), then loads the API for the command it runs.
+    def __getattr__(name: str) -> Any:
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(load_api(), name)
+
+else:
+    load_api()

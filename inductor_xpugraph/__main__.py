@@ -21,10 +21,16 @@ import statistics
 import sys
 import time
 
-import torch
+# What the parser offers, without importing torch (``--help`` and usage errors answer at
+# once): ``sycl_rules.releases.RELEASES`` and ``_probe_report.PROBE_TIMEOUT``, which a test
+# holds equal to these.
+SYCL_RULES_RELEASES = ("2.11", "2.13", "2.15")
+PROBE_TIMEOUT = 180.0
 
 
 def pick_device() -> str:
+    import torch
+
     if hasattr(torch, "xpu") and torch.xpu.is_available():
         return "xpu"
     if torch.cuda.is_available():
@@ -32,12 +38,32 @@ def pick_device() -> str:
     return "cpu"
 
 
+def device_missing(device: str) -> str:
+    """Why ``device`` cannot run here, or "" when it can."""
+    import torch
+
+    if device == "cpu":
+        return ""
+    runtime = getattr(torch, device, None)
+    if runtime is not None and runtime.is_available():
+        return ""
+    return (
+        f"--device {device}: this torch ({torch.__version__}) sees no {device} device; "
+        "without --device the demo picks one it sees (the CPU emulator here)"
+    )
+
+
 def demo(args: argparse.Namespace) -> int:
+    import torch
     from torch._inductor.utils import run_and_get_code
 
     import inductor_xpugraph
 
     device = args.device or pick_device()
+    missing = device_missing(device)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     inductor_xpugraph.enable(device)
     if device == "cpu":
         print(
@@ -136,6 +162,8 @@ def sample_with_an_lstm_cell(device: str, steps: int = 12) -> list[int]:
     """How a decode loop uses graphs (as gpt-fast writes one): the state a step returns is
     the next step's input, as is; what the caller keeps past the next step is cloned, because
     the next replay overwrites the graph's outputs (reading a kept output raises)."""
+    import torch
+
     torch.manual_seed(0)
     embed = torch.nn.Embedding(64, 32).to(device)
     cell = torch.nn.LSTMCell(32, 64).to(device)
@@ -158,6 +186,8 @@ def sample_with_an_lstm_cell(device: str, steps: int = 12) -> list[int]:
 
 def train_with_a_graph_break(device: str, steps_per_size: int = 4) -> None:
     """Forward and backward graphs on each side of a graph break, for two batch sizes."""
+    import torch
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 1)
@@ -178,6 +208,8 @@ def train_with_a_graph_break(device: str, steps_per_size: int = 4) -> None:
 
 
 def time_per_call(fn, x, device: str, calls: int = 50, repeats: int = 7) -> float:
+    import torch
+
     sync = {"cuda": torch.cuda.synchronize, "xpu": lambda: torch.xpu.synchronize()}.get(
         device, lambda: None
     )
@@ -258,10 +290,7 @@ def _sycl_rules_refusal(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ._probe_report import PROBE_TIMEOUT
-    from .sycl_rules.releases import RELEASES
-
-    parser = argparse.ArgumentParser(prog="python -m inductor_xpugraph")
+    parser = argparse.ArgumentParser(prog=_program_name())
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="compile a small model and show the graphs")
     demo_parser.add_argument("--device", choices=("xpu", "cuda", "cpu"), default=None)
@@ -301,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="RELEASE",
         help="with --device cpu: probe the CPU under SYCL Graph's rules as torch RELEASE's XPU "
-        f"runtime meets them ({', '.join(sorted(RELEASES))}), a stand-in for an Intel GPU, "
+        f"runtime meets them ({', '.join(SYCL_RULES_RELEASES)}), a stand-in for an Intel GPU, "
         "not a measurement of one",
     )
     doctor_parser.add_argument(
@@ -313,9 +342,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     doctor_parser.set_defaults(run=_doctor)
     args = parser.parse_args(argv)
+    import inductor_xpugraph
+
+    inductor_xpugraph.load_api()  # deferred while the arguments were parsed
     if args.command != "doctor" and refused_settings():
         return 2
     return args.run(args)
+
+
+def _program_name() -> str:
+    """How the user started this: the ``inductor-xpugraph`` script, or ``python -m``."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return "inductor-xpugraph" if script == "inductor-xpugraph" else "python -m inductor_xpugraph"
 
 
 def refused_settings() -> bool:

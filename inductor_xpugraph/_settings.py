@@ -69,7 +69,8 @@ def _imported_by_the_command_line() -> bool:
 
 # Under the command line (see the module's docstring): variable -> why its value was refused at
 # import. None everywhere else: there a refused value raises.
-refused: dict[str, str] | None = {} if _imported_by_the_command_line() else None
+started_by_the_command_line = _imported_by_the_command_line()
+refused: dict[str, str] | None = {} if started_by_the_command_line else None
 
 
 def refuse(variable: str, why: str) -> None:

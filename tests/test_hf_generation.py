@@ -40,9 +40,7 @@ def tiny_model(kind: str, device: str):
 
 def prompts(device: str) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
-    return [
-        torch.randint(3, 1000, (1, n), generator=generator).to(device) for n in PROMPT_LENGTHS
-    ]
+    return [torch.randint(3, 1000, (1, n), generator=generator).to(device) for n in PROMPT_LENGTHS]
 
 
 def generate(model, prompt, **options):
@@ -68,7 +66,8 @@ def static_cache(model, early: bool):
     if early:
         heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
         cache.early_initialization(
-            batch_size=1, num_heads=heads, head_dim=config.hidden_size // config.num_attention_heads,
+            batch_size=1, num_heads=heads,
+            head_dim=config.hidden_size // config.num_attention_heads,
             dtype=model.dtype, device=model.device,
         )  # fmt: skip
     return cache
@@ -138,11 +137,10 @@ def test_transformers_own_compile_path_matches_eager_with_a_new_cache_per_call(k
     config = transformers.CompileConfig(mode="reduce-overhead")
     config._compile_all_devices = True
 
-    tokens, records = run_each(
-        model, calls,
-        lambda prompt: generate(model, prompt, cache_implementation="static", compile_config=config),
-        counter="records",
-    )  # fmt: skip
+    def generate_their_way(prompt):
+        return generate(model, prompt, cache_implementation="static", compile_config=config)
+
+    tokens, records = run_each(model, calls, generate_their_way, counter="records")
     assert_equal_tokens(tokens, expected)
     stats = inductor_xpugraph.stats()
     assert stats["fallbacks"] == 0 and all(r <= 1 for r in records), (records, stats)

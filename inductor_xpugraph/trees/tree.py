@@ -58,8 +58,8 @@ from .backends import GraphBackend, backend_class
 from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers
-from .kept_state import KeptState, stale_positions
 from .invalidation import can_copy_out_of_pool
+from .kept_state import KeptState, stale_positions
 from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
 from .node import CallableIdentity, GraphNode
 from .recording import OutputBlock, Recording

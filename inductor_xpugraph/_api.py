@@ -1,0 +1,44 @@
+"""The package's public API, imported by ``inductor_xpugraph`` (see its docstring): at once,
+or, for the command line, once its arguments are parsed (``inductor_xpugraph.load_api``)."""
+
+from __future__ import annotations
+
+import os
+
+from . import _settings, config
+from ._version import __version__
+from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
+from .report import report, report_at_exit_if_asked
+from .trees import mark_step_begin, mark_warmup_incomplete, reset
+from .trees import snapshot as stats
+
+_DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
+
+
+def _enable_from_environment() -> None:
+    requested = os.environ.get(_DEVICES_ENV, "xpu")
+    devices = [d for d in (d.strip() for d in requested.split(",")) if d]
+    unknown = [d for d in devices if d not in SUPPORTED_DEVICES]
+    if unknown:  # checked before anything is enabled: a bad value applies nothing
+        why = f"{_DEVICES_ENV}={requested!r}: {unknown} not among {SUPPORTED_DEVICES}"
+        _settings.refuse(_DEVICES_ENV, why)
+        return
+    for device in devices:
+        enable(device)
+
+
+_enable_from_environment()
+report_at_exit_if_asked()
+
+__all__ = [
+    "__version__",
+    "config",
+    "disable",
+    "enable",
+    "enabled_devices",
+    "mark_step_begin",
+    "mark_warmup_incomplete",
+    "report",
+    "reset",
+    "stats",
+]

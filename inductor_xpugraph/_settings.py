@@ -107,13 +107,19 @@ def environment_value(name: str, variable: str, default: Any) -> Any:
             value = tuple(item.strip() for item in raw.split(",") if item.strip())
         elif isinstance(default, str):  # one of the setting's choices
             value = text
-        elif isinstance(default, float):
-            value = float(text)
-        else:
-            value = int(text)
+        else:  # a number: one that does not parse is said as the setting's range says it
+            value = _number(type(default), text, name)
         return CHECKS[name](name, value)
     except ValueError as error:
         raise ValueError(f"{variable}={raw!r} is not a valid value: {error}") from None
+
+
+def _number(kind: type, text: str, name: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        CHECKS[name](name, text)  # raises what the setting accepts
+        raise
 
 
 def _positions(name: str, value: Any) -> tuple[int, ...]:

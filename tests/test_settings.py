@@ -56,6 +56,22 @@ def test_a_bad_environment_value_is_refused_naming_the_variable_and_the_value(
     assert variable in str(refused.value) and repr(text) in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "name, variable, accepted",
+    [
+        ("warmup_runs", "INDUCTOR_XPUGRAPH_WARMUP_RUNS", "an integer >= 1"),
+        ("initial_pool_allocation_gb", "INDUCTOR_XPUGRAPH_INITIAL_POOL_ALLOCATION_GB", ">= 0"),
+    ],
+)
+def test_a_number_that_does_not_parse_is_refused_with_what_the_setting_accepts(
+    name, variable, accepted, monkeypatch
+):
+    monkeypatch.setenv(variable, "abc")
+    with pytest.raises(ValueError, match=accepted) as refused:
+        environment_value(name, variable, getattr(config, name))
+    assert "invalid literal" not in str(refused.value)
+
+
 def test_a_bad_environment_value_fails_the_import_naming_the_variable():
     result = import_with({"INDUCTOR_XPUGRAPH_RERECORD_LIMIT": "abc"})
     assert result.returncode != 0

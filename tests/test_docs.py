@@ -5,9 +5,11 @@ The rule, for README.md and docs/*.md:
 - Every ```python block is runnable, unless its fence reads ```python no-run (code that needs an
   xpu or cuda device, torchrun, or is generated code shown as an example). A no-run block must
   still be valid Python.
-- The runnable blocks of one page run in order, in one namespace, as a reader would type them
-  into one session, on the CPU emulator: each page enables the device it uses itself
-  (``inductor_xpugraph.enable("cpu")``), as a user must; nothing is enabled for it.
+- A runnable block runs as written, on its own: a reader may copy it alone. One whose fence
+  reads ```python continues goes on from the runnable block before it, in the same namespace,
+  as a reader would type both into one session. Blocks run on the CPU emulator, each page's in
+  order: a block enables the device it uses itself (``inductor_xpugraph.enable("cpu")``), as a
+  user must; nothing is enabled for it.
 - A ```text output block right after a runnable block is what that block prints. Its output must
   match, with doctest's ELLIPSIS (``...`` stands for any text) and NORMALIZE_WHITESPACE.
 - Other blocks (```bash, ```text) are never run.
@@ -43,7 +45,7 @@ class Block:
 
     @property
     def runnable(self) -> bool:
-        return self.info == "python"
+        return self.info in ("python", "python continues")
 
 
 def blocks_of(page: Path) -> list[Block]:
@@ -65,6 +67,7 @@ def blocks_of(page: Path) -> list[Block]:
 class Example:
     code: str
     line: int
+    continues: bool  # goes on from the example before, in its namespace
     expected: str | None  # the ```text output block after it, if any
 
 
@@ -78,7 +81,9 @@ def examples_of(page: Path) -> list[Example]:
             )
             examples[-1].expected = block.code
         elif block.runnable:
-            examples.append(Example(block.code, block.line, None))
+            continues = block.info == "python continues"
+            assert examples or not continues, f"{page.name}:{block.line}: continues nothing"
+            examples.append(Example(block.code, block.line, continues, None))
         previous = block
     return examples
 
@@ -113,9 +118,10 @@ for page, examples in plan.items():
     directory = os.path.join(work, page.replace("/", "-"))
     os.makedirs(directory)
     os.chdir(directory)
-    namespace = {"__name__": "__docs__"}
     outcomes = results[page] = []
     for number, example in enumerate(examples):
+        if not example["continues"]:
+            namespace = {"__name__": "__docs__"}
         path = os.path.join(directory, f"example_{number}.py")
         with open(path, "w") as file:
             file.write(example["code"])
@@ -126,7 +132,6 @@ for page, examples in plan.items():
             outcomes.append({"stdout": stdout.getvalue(), "error": None})
         except BaseException:
             outcomes.append({"stdout": stdout.getvalue(), "error": traceback.format_exc()})
-            break  # the page's later examples build on this one
 json.dump(results, open(result_path, "w"))
 """
 
@@ -137,7 +142,9 @@ def outcomes(tmp_path_factory):
     printed output and error, in order."""
     directory = tmp_path_factory.mktemp("docs")
     plan = {
-        _name(page): [{"code": e.code, "line": e.line} for e in examples_of(page)]
+        _name(page): [
+            {"code": e.code, "line": e.line, "continues": e.continues} for e in examples_of(page)
+        ]
         for page in RUNNABLE_PAGES
     }
     (directory / "plan.json").write_text(json.dumps(plan))
@@ -170,9 +177,8 @@ def test_no_run_examples_are_valid_python(page):
     for block in blocks_of(page):
         if block.info == "python no-run":
             compile(block.code, f"{_name(page)}:{block.line}", "exec")
-        assert block.info in ("python", "python no-run", "text output", "text", "bash"), (
-            f"{_name(page)}:{block.line}: unknown fence ```{block.info}"
-        )
+        known = ("python", "python continues", "python no-run", "text output", "text", "bash")
+        assert block.info in known, f"{_name(page)}:{block.line}: unknown fence ```{block.info}"
 
 
 def _anchor(heading: str) -> str:

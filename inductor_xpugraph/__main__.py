@@ -301,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
         "report", help="run a Python script, then print (and draw) its graph-tree report"
     )
     report_parser.add_argument("--picture", default=None, help="draw it (.png, .svg, .pdf)")
-    report_parser.add_argument("script")
-    report_parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    report_parser.add_argument("script", nargs="?", help="the Python script to run")
+    report_parser.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's arguments"
+    )
     report_parser.set_defaults(run=run_and_report)
     inspect_parser = commands.add_parser(
         "inspect", help="print what an export (inductor_xpugraph.deploy.export) holds"
@@ -341,7 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"end a device's probe after this long (default: {PROBE_TIMEOUT:g})",
     )
     doctor_parser.set_defaults(run=_doctor)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    chosen = commands.choices[args.command]
+    if unknown:  # said by the command's own parser, with its usage
+        chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "report" and args.script is None:
+        chosen.error("a script to run is required: report script.py [its arguments]")
     import inductor_xpugraph
 
     inductor_xpugraph.load_api()  # deferred while the arguments were parsed

@@ -54,3 +54,19 @@ def test_the_parsers_choices_are_the_packages():
 
     assert __main__.SYCL_RULES_RELEASES == tuple(sorted(RELEASES))
     assert __main__.PROBE_TIMEOUT == PROBE_TIMEOUT
+
+
+def test_report_without_a_script_says_a_script_is_required(capsys):
+    with pytest.raises(SystemExit) as exited:
+        __main__.main(["report"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "a script to run is required" in err
+    assert "script_args" not in err
+
+
+def test_an_unknown_option_is_said_with_the_commands_own_usage(capsys):
+    with pytest.raises(SystemExit) as exited:
+        __main__.main(["inspect", "export-dir", "--bogus"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "unrecognized arguments: --bogus" in err
+    assert err.startswith("usage: python -m inductor_xpugraph inspect ")

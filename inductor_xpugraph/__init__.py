@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-def load_api() -> ModuleType:
+def _load_api() -> ModuleType:
     """Import the API (torch, the registration, the settings from the environment) into this
     package; what ``import inductor_xpugraph`` does, except under the command line."""
     _api = importlib.import_module("._api", __name__)
@@ -61,7 +61,7 @@ if _settings.started_by_the_command_line:
     def __getattr__(name: str) -> Any:
         if name not in __all__:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        return getattr(load_api(), name)
+        return getattr(_load_api(), name)
 
 else:
-    load_api()
+    _load_api()

@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen.error("a script to run is required: report script.py [its arguments]")
     import inductor_xpugraph
 
-    inductor_xpugraph.load_api()  # deferred while the arguments were parsed
+    inductor_xpugraph._load_api()  # deferred while the arguments were parsed
     if args.command != "doctor" and refused_settings():
         return 2
     return args.run(args)

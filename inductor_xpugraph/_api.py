@@ -1,5 +1,5 @@
 """The package's public API, imported by ``inductor_xpugraph`` (see its docstring): at once,
-or, for the command line, once its arguments are parsed (``inductor_xpugraph.load_api``)."""
+or, for the command line, once its arguments are parsed (``inductor_xpugraph._load_api``)."""
 
 from __future__ import annotations
 

@@ -144,6 +144,7 @@ def test_an_lstm_cell_sampler_feeding_its_state_back_replays_as_eager(device):
     assert (stats["records"], stats["replays"], stats["fallbacks"]) == (1, 8, 0), stats
 
 
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 def test_hf_gpt2_decode_passing_its_dynamic_cache_back_matches_eager(device):
     """The dynamic KV cache a step returns is the next step's input: upstream's trees raise
     here at the first decode step. Each step has a new cache length, so each is warmed up

@@ -256,6 +256,7 @@ def test_a_compiled_autograd_backward_gives_eager_gradients(impl):
 
 
 @pytest.mark.parametrize("create_graph", [False, True], ids=["in_place", "out_of_place"])
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True:UserWarning")
 def test_a_second_backward_accumulates_into_grad_as_autograd_does(impl, create_graph):
     """Two backwards through one compiled forward: autograd adds the second gradient into
     ``.grad`` in place, or, under ``create_graph=True``, into a new tensor, leaving the

@@ -50,7 +50,7 @@ def _load_api() -> ModuleType:
     """Import the API (torch, the registration, the settings from the environment) into this
     package; what ``import inductor_xpugraph`` does, except under the command line."""
     _api = importlib.import_module("._api", __name__)
-    globals().update({name: getattr(_api, name) for name in _api.__all__})
+    globals().update({name: getattr(_api, name) for name in __all__})
     return _api
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 
-from . import _settings, config
-from ._version import __version__
-from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices
-from .report import report, report_at_exit_if_asked
-from .trees import mark_step_begin, mark_warmup_incomplete, reset
-from .trees import snapshot as stats
+# The names of the package's ``__all__``, which ``inductor_xpugraph._load_api`` copies out.
+from . import _settings, config  # noqa: F401
+from ._version import __version__  # noqa: F401
+from .codegen import SUPPORTED_DEVICES, disable, enable, enabled_devices  # noqa: F401
+from .report import report, report_at_exit_if_asked  # noqa: F401
+from .trees import mark_step_begin, mark_warmup_incomplete, reset  # noqa: F401
+from .trees import snapshot as stats  # noqa: F401
 
 _DEVICES_ENV = "INDUCTOR_XPUGRAPH_DEVICES"
 
@@ -29,16 +30,3 @@ def _enable_from_environment() -> None:
 
 _enable_from_environment()
 report_at_exit_if_asked()
-
-__all__ = [
-    "__version__",
-    "config",
-    "disable",
-    "enable",
-    "enabled_devices",
-    "mark_step_begin",
-    "mark_warmup_incomplete",
-    "report",
-    "reset",
-    "stats",
-]

@@ -78,17 +78,15 @@ def assert_equal_tokens(got, expected):
         assert torch.equal(tokens, eager), f"call {i}: {tokens} != {eager}"
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_a_static_cache_made_inside_the_compiled_prefill_is_kept_and_replays(kind, device):
-    """The cache's tensors are outputs of the first compiled prefill; the first decode step
-    writes them, so they are handed over once each and taken by address from then on
-    (Note [Outputs kept as state]). Records at most once per step kind and prompt length;
-    the calls after them replay every step; ``cache.reset()`` keeps working."""
+def run_with_one_cache(kind: str, device: str, early: bool):
+    """``model.forward`` compiled by hand and one ``StaticCache`` (made first when ``early``,
+    else inside the compiled prefill) reset and passed to every call; every call's tokens
+    must equal eager's. Returns the model and the replays of each call."""
     model = tiny_model(kind, device)
     calls = prompts(device)
     expected = [generate(model, prompt) for prompt in calls]
     model.forward = torch.compile(model.forward, mode="reduce-overhead")
-    cache = static_cache(model, early=False)
+    cache = static_cache(model, early=early)
 
     def generate_with_cache(prompt):
         cache.reset()
@@ -96,6 +94,16 @@ def test_a_static_cache_made_inside_the_compiled_prefill_is_kept_and_replays(kin
 
     tokens, replays = run_each(model, calls, generate_with_cache)
     assert_equal_tokens(tokens, expected)
+    return model, replays
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_static_cache_made_inside_the_compiled_prefill_is_kept_and_replays(kind, device):
+    """The cache's tensors are outputs of the first compiled prefill; the first decode step
+    writes them, so they are handed over once each and taken by address from then on
+    (Note [Outputs kept as state]). Records at most once per step kind and prompt length;
+    the calls after them replay every step; ``cache.reset()`` keeps working."""
+    model, replays = run_with_one_cache(kind, device, early=False)
     stats = inductor_xpugraph.stats()
     # The decode step once, the prefill once per prompt length (the first prefill, which
     # makes the cache, warms up and is compiled again once the cache exists).
@@ -108,18 +116,7 @@ def test_a_static_cache_made_inside_the_compiled_prefill_is_kept_and_replays(kin
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_a_static_cache_made_before_the_first_call_replays_without_handovers(kind, device):
-    model = tiny_model(kind, device)
-    calls = prompts(device)
-    expected = [generate(model, prompt) for prompt in calls]
-    model.forward = torch.compile(model.forward, mode="reduce-overhead")
-    cache = static_cache(model, early=True)
-
-    def generate_with_cache(prompt):
-        cache.reset()
-        return generate(model, prompt, past_key_values=cache)
-
-    tokens, replays = run_each(model, calls, generate_with_cache)
-    assert_equal_tokens(tokens, expected)
+    _, replays = run_with_one_cache(kind, device, early=True)
     stats = inductor_xpugraph.stats()
     assert stats["records"] <= 3 and (stats["handovers"], stats["fallbacks"]) == (0, 0), stats
     assert replays[3] == NEW_TOKENS and replays[6:] == [NEW_TOKENS] * 2, replays

@@ -114,6 +114,34 @@ def test_a_static_cache_made_inside_the_compiled_prefill_is_kept_and_replays(kin
     assert replays[3] == NEW_TOKENS and replays[6:] == [NEW_TOKENS] * 2, replays
 
 
+# What scaled_dot_product_attention runs on cuda; listed, as oneDNN's attention is on xpu up
+# to torch 2.14 (docs/xpu.md), it is partitioned out of every graph.
+CUDA_ATTENTION_OPS = (
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_static_cache_made_inside_a_partitioned_prefill_is_kept(kind, cuda_each_strategy):
+    """The attention not captured, as on xpu up to torch 2.14: each layer's attention runs
+    un-graphed between partitions, so the decode graph's first partition is passed only the
+    first layer's cache. The graph tells it which tensors its later partitions write, and
+    every layer's cache is kept as in one graph (``trees.keep_state_written_later``)."""
+    with inductor_xpugraph.config.patch(never_capture_ops=CUDA_ATTENTION_OPS):
+        model, replays = run_with_one_cache(kind, cuda_each_strategy, early=False)
+    stats = inductor_xpugraph.stats()
+    partitioned = [r for r in stats["skip_reasons"] if "between the graphed partitions" in r]
+    assert partitioned, stats["skip_reasons"]  # the attention was partitioned out
+    assert (stats["fallbacks"], stats["capture_failures"]) == (0, 0), stats
+    layers = model.config.num_hidden_layers
+    assert stats["handovers"] in (2 * layers, 3 * layers), stats
+    # The calls after the records replay every step, each in several partitions.
+    assert replays[3] >= NEW_TOKENS and replays[6] == replays[7] >= NEW_TOKENS, replays
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_a_static_cache_made_before_the_first_call_replays_without_handovers(kind, device):
     _, replays = run_with_one_cache(kind, device, early=True)

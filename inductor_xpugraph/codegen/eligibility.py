@@ -67,6 +67,10 @@ class GraphPlan:
     # Operators never captured on the device that Inductor partitioned out: `call` runs
     # them un-graphed, between the graphed partitions.
     left_out: tuple[ListedOp, ...] = ()
+    # Graph inputs (not static) that partitions after the first write and the first is not
+    # passed: `call` tells the first partition which tensors they are, so that a generation
+    # it starts keeps them as state (``trees.keep_state_written_later``).
+    written_later: tuple[int, ...] = ()
 
 
 def partitioned_device(device_type: str) -> bool:
@@ -145,7 +149,11 @@ def plan_graphs(
                 partition_aligned,
             )
         )
-    return GraphPlan(device, phase, tuple(targets), None, source, left_out)
+    first_inputs = set(graph.partition_maps[0].input_index_mapping) if targets else set()
+    written_later = tuple(
+        i for i in sorted(graph.mutated_input_idxs) if i not in static and i not in first_inputs
+    )
+    return GraphPlan(device, phase, tuple(targets), None, source, left_out, written_later)
 
 
 def _mutation_skip_reason(static: Sequence[int]) -> str | None:

@@ -8,6 +8,10 @@ Generated code uses these names from here, at module load:
 - ``record_skip(reason)`` counts a graph that stays un-graphed and logs why, once;
 - ``ungraphed_backward(call, device=...)``, for a backward graph that stays un-graphed: its
   ``call``, telling the tree that a backward ran, as a graphed backward does;
+- ``keep_state_written_later(call, first_partition, positions)``, for a partitioned graph
+  whose later partitions write inputs the first one is not passed: its ``call``, telling the
+  first partition which, so that a generation it starts keeps them (Note [Outputs kept as
+  state]);
 - ``PartitionlessRunner()``, where Inductor generated no ``runner`` (``graph_partition``
   off): the object whose ``partitions`` Inductor frees with the compiled graph (Note [What
   keeps a graph alive] in ``graphed_callable``).
@@ -17,6 +21,7 @@ Nothing here names a device: device specifics are in ``trees.backends``.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -96,6 +101,32 @@ def ungraphed_backward(fn: Callable[[list[Any]], Any], *, device: str) -> Callab
     return run_backward
 
 
+def keep_state_written_later(
+    call: Callable[[list[Any]], Any], first_partition: GraphedCallable, positions: Sequence[int]
+) -> Callable[[list[Any]], Any]:
+    """``call``, the runner of a partitioned graph whose later partitions write its inputs at
+    ``positions`` (not static) that the first partition is not passed, made to tell the first
+    partition which tensors those are for the call in progress. A generation the first
+    partition starts then keeps the ones that are outputs of the generation before as state,
+    before anything is retired (Note [Outputs kept as state]): a cache made lazily inside a
+    compiled prefill whose decode graph is partitioned (an attention that is not captured on
+    the device, say) stays valid from layer to layer. The partition is held weakly: Inductor
+    frees it with the compiled graph while this module stays."""
+    first = weakref.ref(first_partition)
+
+    def call_telling_the_first_partition(args: list[Any]) -> Any:
+        partition = first()
+        if partition is None:
+            return call(args)
+        partition.written_later = [args[i] for i in positions]
+        try:
+            return call(args)
+        finally:
+            partition.written_later = ()
+
+    return call_telling_the_first_partition
+
+
 def mark_step_begin() -> None:
     """Start a new generation at the next graphed call (same as upstream's marker)."""
     from torch._inductor.cudagraph_trees import mark_step_begin as upstream_mark_step_begin
@@ -135,6 +166,7 @@ __all__ = [
     "PartitionlessRunner",
     "forget_trees",
     "graphify",
+    "keep_state_written_later",
     "mark_step_begin",
     "mark_warmup_incomplete",
     "record_skip",

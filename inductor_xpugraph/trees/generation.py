@@ -48,7 +48,7 @@ class Generation:
     ``pending_backward``.
     """
 
-    __slots__ = ("number", "pending_backward", "replayed_nodes", "eager_outputs")
+    __slots__ = ("number", "pending_backward", "replayed_nodes", "eager_outputs", "written")
 
     def __init__(self, number: int | None = None) -> None:
         # ``current_generation()`` when it started; None for a tree that has run nothing.
@@ -60,6 +60,8 @@ class Generation:
         self.replayed_nodes: list[GraphNode] = []
         # Un-graphed runs, as (callable identity, weak references to its outputs) pairs.
         self.eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]] = []
+        # Its outputs that a later call of it wrote in place: state (``note_written``).
+        self.written: list[tuple[weakref.ref, int]] = []
 
     def note_eager(self, producer: CallableIdentity, outputs: Any) -> None:
         """Note what an un-graphed run of ``producer`` gave the caller, to retire it when the
@@ -71,6 +73,17 @@ class Generation:
         if producer.phase is not Phase.BACKWARD:
             refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
             self.eager_outputs.append((producer, refs))
+
+    def note_written(self, args: list[Any], positions: tuple[int, ...]) -> None:
+        """Note the tensors of ``args`` at ``positions`` (a call writes them in place) that
+        are outputs of this generation: state made inside compiled code, handed over when
+        the generation ends if the caller still holds them (Note [Outputs kept as state]).
+        Called where a callable warms up or records, never on the replay fast path."""
+        so_far = HandedOut(self.replayed_nodes, self.eager_outputs)
+        for i in positions:
+            arg = args[i]
+            if isinstance(arg, torch.Tensor) and so_far.goes_stale(arg):
+                self.written.append((weakref.ref(arg), arg.untyped_storage().data_ptr()))
 
     def ran(self, callable_id: int) -> bool:
         """Whether ``callable_id`` ran in this generation, graphed or not."""
@@ -103,6 +116,7 @@ class Generation:
     def take_handed_out(self) -> HandedOut:
         """What was handed out so far, each node once, for retiring; the generation keeps
         noting from empty."""
-        taken = HandedOut(list(dict.fromkeys(self.replayed_nodes)), self.eager_outputs)
-        self.replayed_nodes, self.eager_outputs = [], []
+        nodes = list(dict.fromkeys(self.replayed_nodes))
+        taken = HandedOut(nodes, self.eager_outputs, self.written)
+        self.replayed_nodes, self.eager_outputs, self.written = [], [], []
         return taken

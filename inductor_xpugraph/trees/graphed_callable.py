@@ -97,6 +97,9 @@ class GraphedCallable:
         # Written positions that may hold an output of the step before (state to keep:
         # Note [Outputs kept as state]); parameters and buffers never do.
         self._may_be_state = tuple(i for i in self.mutated_inputs if i not in self.static_inputs)
+        # The first partition of a graph: for the call in progress, the graph's inputs that
+        # its later partitions write (``trees.keep_state_written_later``).
+        self.written_later: Sequence[torch.Tensor] = ()
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
         # recording checked them; every other call checks them (``_check_alignment``).
@@ -153,7 +156,11 @@ class GraphedCallable:
             ):
                 passed_back = self._passed_back or self._positions_passed_back(args)
                 tree.maybe_start_generation(
-                    args, passed_back, self._may_be_state, not self._may_restart_generation
+                    args,
+                    passed_back,
+                    self._may_be_state,
+                    not self._may_restart_generation,
+                    self.written_later,
                 )
             size_inputs = self._size_inputs
             key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
@@ -162,7 +169,11 @@ class GraphedCallable:
                 node is None
                 and self._may_restart_generation
                 and tree.restart_if_repeated(
-                    self.id, args, self._positions_passed_back(args), self._may_be_state
+                    self.id,
+                    args,
+                    self._positions_passed_back(args),
+                    self._may_be_state,
+                    self.written_later,
                 )
             ):
                 node = tree.current.children.get((self.id, key))
@@ -231,6 +242,7 @@ class GraphedCallable:
         if self.mutated_inputs:
             self._raise_for_stale_state(args)
             self._passed_again = self._mutated_inputs_seen.note(args)
+            tree.generation.note_written(args, self.mutated_inputs)
         if self.aligned_inputs:
             self._check_alignment(args)
         if self.policy.stopped or tree.backend.is_capturing() or tree.backend.cannot_record:

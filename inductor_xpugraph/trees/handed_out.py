@@ -78,30 +78,33 @@ class HandedOut:
     (their output objects are their recordings'), and the outputs of its un-graphed runs, as
     (callable identity, weak references to its outputs) pairs."""
 
-    __slots__ = ("nodes", "eager_outputs", "kept")
+    __slots__ = ("nodes", "eager_outputs", "kept", "written")
 
     def __init__(
         self,
         nodes: list[GraphNode],
         eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]],
+        written: list[tuple[weakref.ref, int]] | None = None,
     ) -> None:
         self.nodes = nodes
         self.eager_outputs = eager_outputs
-        # Storage addresses of the outputs kept as state (``keep_mutated``).
-        self.kept: set[int] = set()
+        # Outputs that a later call of the generation wrote in place, with their storage
+        # addresses then (``Generation.note_written``).
+        self.written = written or []
+        # Storage addresses of the outputs kept as state: those, and ``keep_mutated``'s.
+        self.kept: set[int] = {address for _, address in self.written}
 
-    def keep_mutated(self, args: list[Any], positions: Sequence[int]) -> list[int]:
-        """Note [Outputs kept as state]: the positions of ``args`` (those its callable
-        mutates) holding an output of this generation that is about to go stale; their
+    def keep_mutated(self, tensors: Sequence[Any]) -> list[torch.Tensor]:
+        """Note [Outputs kept as state]: those of ``tensors`` (the call that starts the next
+        generation writes them) that are outputs of this generation about to go stale; their
         memory is handed over when it is retired, instead of made stale."""
-        kept: list[int] = []
+        kept: list[torch.Tensor] = []
         if not self.nodes and not self.eager_outputs:
             return kept
-        for i in positions:
-            arg = args[i]
-            if isinstance(arg, torch.Tensor) and self._goes_stale(arg):
-                self.kept.add(arg.untyped_storage().data_ptr())
-                kept.append(i)
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and self.goes_stale(tensor):
+                self.kept.add(tensor.untyped_storage().data_ptr())
+                kept.append(tensor)
         return kept
 
     def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
@@ -112,7 +115,7 @@ class HandedOut:
         copies: dict[int, torch.UntypedStorage] = {}
         for i in positions:
             arg = args[i]
-            if not self._goes_stale(arg):
+            if not self.goes_stale(arg):
                 continue
             storage = arg.untyped_storage()
             address = storage.data_ptr()
@@ -121,9 +124,26 @@ class HandedOut:
                 copy = copies[address] = storage.clone()
             args[i] = tensor_over(copy, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
 
-    def _goes_stale(self, tensor: torch.Tensor) -> bool:
+    def handed_over_state(self) -> list[torch.Tensor]:
+        """The outputs in ``written`` that retiring handed over (out of the pool now, so at
+        another address): state from now on. Call after ``retire`` and the warmups' hand-over."""
+        moved = []
+        for ref, address in self.written:
+            tensor = ref()
+            if tensor is None:
+                continue
+            try:
+                if tensor.untyped_storage().data_ptr() != address:
+                    moved.append(tensor)
+            except RuntimeError:  # made stale: no copy could be queued
+                continue
+        return moved
+
+    def goes_stale(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies in memory this generation handed out, which retiring makes
+        stale (gradients and cloned outputs are handed over instead)."""
         address = tensor.data_ptr()
-        for node in self.nodes:  # gradients and cloned outputs are handed over instead
+        for node in self.nodes:
             if _hands_over(node) or not node.recording.may_hold(address):
                 continue
             return True

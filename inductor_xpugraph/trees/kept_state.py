@@ -10,28 +10,42 @@ warmup), in the pool; every decode step then takes them as inputs and writes the
 statistics or optimizer state made inside compiled code are the same. Retired as results
 (``handed_out``), they would go stale with the prefill's step and the cache would be dead.
 
-They announce themselves: the call that starts the next generation passes such an output at
-a position its callable writes. That call is where the generation ends, so the decision
-comes before anything is retired (``HandedOut.keep_mutated``): each such output's memory is
-*handed over* instead of made stale, one device copy of its block out of the pool, after
-which every tensor over it (the cache's own, views included) keeps its values in memory of
-its own, and the graph keeps its pool memory. That happens once per tensor: from then on it
-lies outside the pool, is never again an output of this tree, and recordings take it where
-it lies, a static input by address (``KeptState``), as they take a parameter. Nothing is
-copied per call, and nothing the caller holds goes stale silently.
+They announce themselves, before anything is retired, in one of three ways:
+
+- the call that starts the next generation passes such an output at a position its callable
+  writes. That call is where the generation ends, so the decision comes before anything is
+  retired (``HandedOut.keep_mutated``);
+- that call is a graph's first partition and a later partition writes it: the generated
+  ``call`` tells the first partition which of its inputs the later ones write
+  (``trees.keep_state_written_later``), a cache whose attention is partitioned out, say;
+- a later call of the generation that made it writes it in place (a graph after a graph
+  break): noted where that call warms up or records, never on a replay
+  (``Generation.note_written``), and kept when the generation ends if the caller still holds it.
+
+Each such output's memory is *handed over* instead of made stale, one device copy of its
+block out of the pool, after which every tensor over it (the cache's own, views included)
+keeps its values in memory of its own, and the graph keeps its pool memory. That happens once
+per tensor: from then on it lies outside the pool, is never again an output of this tree, and
+recordings take it where it lies, a static input by address (``KeptState``), as they take a
+parameter. Nothing is copied per call, and nothing the caller holds goes stale silently.
 
 Copying once is correct because nothing can write that memory in between: the generation
 that made the tensor has ended and the new one has not run a graph yet. It costs one copy of
 each tensor and, until the graph that made it is dropped, its memory twice (the pool keeps
-the graph's copy; a warmup's copy goes back to the pool at once).
+the graph's copy; a warmup's copy goes back to the pool at once). An output that a later call
+wrote but that is a temporary the caller happened to hold is copied too: at most at the few
+generations that warm up or record, never at a replay.
 
-It cannot cover a tensor that the generation's *first* call does not pass (a later graph
-partition, or the graph after a graph break, is the first to write it): by then the new
-generation has started and may have overwritten it, so it went stale. The first call that
-writes it raises, once, naming the object that holds it and how to make it outside the
-compiled code (``messages.stale_state``); the tensor is given zeros in memory of its own
-first (``revive``) and kept from then on, so the object works again after its own reset
-(a cache's ``reset()``) and the next request runs graphed.
+It cannot cover a tensor that no call writes in the generation that made it and that a later
+generation first writes in a call other than its first (the graph after a graph break): by
+then the new generation has started and may have overwritten it, so it went stale. Where
+this runtime is the first to read it (``GraphedCallable``), the call that writes it raises,
+once, naming the object that holds it and how to make it outside the compiled code
+(``messages.stale_state``); the tensor is given zeros in memory of its own first (``revive``)
+and kept from then on, so the object works again after its own reset (a cache's ``reset()``)
+and the next request runs graphed. On GPUs, Inductor's check of the alignment of the inputs a
+graph writes reads it before this runtime does (as Dynamo does when it compiles the graph
+after the break for the first time): the plain stale-output error is what is raised there.
 
 A tensor made outside compiled code and passed again at a position the graph writes (the
 cache's length counter on the CPU, a running total) is state too: ``GraphedCallable`` takes
@@ -128,17 +142,16 @@ def stale_state_error(
 
 def stale_positions(args: Sequence[Any], positions: Sequence[int]) -> list[int]:
     """The ``positions`` of ``args`` holding a tensor that retiring made stale."""
-    stale = []
-    for i in positions:
-        arg = args[i]
-        if not isinstance(arg, torch.Tensor):
-            continue
-        try:
-            arg.data_ptr()
-        except RuntimeError as error:
-            if str(error).startswith(STALE_MESSAGE_PREFIX):
-                stale.append(i)
-    return stale
+    return [i for i in positions if isinstance(args[i], torch.Tensor) and is_stale(args[i])]
+
+
+def is_stale(tensor: torch.Tensor) -> bool:
+    """Whether retiring made ``tensor`` stale (reading it raises the stale-output error)."""
+    try:
+        tensor.data_ptr()
+    except RuntimeError as error:
+        return str(error).startswith(STALE_MESSAGE_PREFIX)
+    return False
 
 
 def revive(tensor: torch.Tensor) -> bool:
@@ -187,8 +200,15 @@ def _owner_of(target: Any, seen: set[int] | None = None, depth: int = 3) -> tupl
                 if getattr(owner, "__dict__", None) is referrer:
                     name = next((k for k, v in referrer.items() if v is target), "?")
                     return owner, name
-        elif isinstance(referrer, (list, tuple)) and depth > 1:
-            found = _owner_of(referrer, seen, depth - 1)
-            if found is not None:
-                return found
+        elif isinstance(referrer, (list, tuple)):
+            if depth > 1:
+                found = _owner_of(referrer, seen, depth - 1)
+                if found is not None:
+                    return found
+        elif not isinstance(referrer, type):  # an object whose attributes lie inline (3.11+)
+            name = next(
+                (k for k, v in getattr(referrer, "__dict__", {}).items() if v is target), None
+            )
+            if name is not None:
+                return referrer, name
     return None

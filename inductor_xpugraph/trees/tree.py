@@ -59,7 +59,7 @@ from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers
 from .invalidation import can_copy_out_of_pool
-from .kept_state import KeptState, stale_positions
+from .kept_state import KeptState, is_stale
 from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
 from .node import CallableIdentity, GraphNode
 from .recording import OutputBlock, Recording
@@ -145,20 +145,30 @@ class GraphTree:
     # -- generations --------------------------------------------------------------------------
 
     def maybe_start_generation(
-        self, args: list[Any], passed_back: Sequence[int], mutated: Sequence[int], backward: bool
+        self,
+        args: list[Any],
+        passed_back: Sequence[int],
+        mutated: Sequence[int],
+        backward: bool,
+        written_later: Sequence[torch.Tensor] = (),
     ) -> None:
         """Called when the generation counter moved: start a new one if that is safe.
 
         A backward never starts one (unless the user drives generations with
         mark_step_begin): it belongs to the iteration of its forward, even when another
         backward of that iteration already ran (two forwards, then their two backwards).
-        ``args``, ``passed_back``, ``mutated``: see ``start_generation``.
+        ``args``, ``passed_back``, ``mutated``, ``written_later``: see ``start_generation``.
         """
         if MarkStepBox.mark_step_counter or not (backward or self.generation.backward_may_run()):
-            self.start_generation(args, passed_back, mutated)
+            self.start_generation(args, passed_back, mutated, written_later)
 
     def restart_if_repeated(
-        self, callable_id: int, args: list[Any], passed_back: Sequence[int], mutated: Sequence[int]
+        self,
+        callable_id: int,
+        args: list[Any],
+        passed_back: Sequence[int],
+        mutated: Sequence[int],
+        written_later: Sequence[torch.Tensor] = (),
     ) -> bool:
         """A callable met again on the current path starts a new generation, when allowed.
 
@@ -183,7 +193,7 @@ class GraphTree:
                 node = node.parent
         if self.generation.backward_may_run():
             return False
-        self.start_generation(args, passed_back, mutated)
+        self.start_generation(args, passed_back, mutated, written_later)
         return True
 
     def start_generation(
@@ -191,6 +201,7 @@ class GraphTree:
         args: list[Any] | None = None,
         passed_back: Sequence[int] = (),
         mutated: Sequence[int] = (),
+        written_later: Sequence[torch.Tensor] = (),
     ) -> None:
         """The path restarts at the root, and what the generation that ended handed out is
         retired: at once when retiring may copy memory out of the pool (the copy must be
@@ -201,17 +212,18 @@ class GraphTree:
         ``args`` are those of the call that starts the generation: the ones at positions
         ``passed_back`` that are outputs of the generation that ended are replaced by
         copies first (Note [Outputs passed back in]); those at positions ``mutated`` (the
-        callable writes them) are kept as state (Note [Outputs kept as state])."""
+        callable writes them), and ``written_later`` (the later partitions of its graph write
+        them), are kept as state (Note [Outputs kept as state])."""
         self.retire_ended_generation()
         if self.captures_unlogged:
             self._log_captures()
-        self.unretired = self.generation.take_handed_out()
-        kept: list[int] = []
+        self.unretired = ended = self.generation.take_handed_out()
+        kept: list[torch.Tensor] = []
         if args is not None:
             if passed_back:
                 self.unretired.copy_passed_back(args, passed_back)
-            if mutated:
-                kept = self.unretired.keep_mutated(args, mutated)
+            if mutated or written_later:
+                kept = ended.keep_mutated([*(args[i] for i in mutated), *written_later])
         if self.next_memory is not None or self.unretired.may_copy() or self.warmup_outputs:
             self.retire_ended_generation()
         # Before any graph runs: what warmups left in the pool that is still referenced (memory
@@ -221,8 +233,11 @@ class GraphTree:
             self.warmup_outputs.hand_over()
         # Out of the pool now (unless no copy could be queued here: then it went stale, and
         # its first use says so), recordings take it where it lies.
-        for i in set(kept) - set(stale_positions(args, kept)):
-            self.keep_state(args[i])
+        if ended.written:  # retired by now: ``kept`` makes ``may_copy`` true
+            kept += ended.handed_over_state()
+        for tensor in dict.fromkeys(kept):  # (two positions may hold one tensor)
+            if not is_stale(tensor):
+                self.keep_state(tensor)
         if self.next_memory is not None:
             for child in self.root.child_nodes():
                 self.drop_node(child)

@@ -26,7 +26,6 @@ so that ``python -m inductor_xpugraph doctor`` can report it (``_settings`` says
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 from typing import Any
 
 from . import _settings
@@ -46,12 +45,30 @@ __all__ = [
 ]
 
 
-def _load_api() -> ModuleType:
+def _load_api() -> None:
     """Import the API (torch, the registration, the settings from the environment) into this
-    package; what ``import inductor_xpugraph`` does, except under the command line."""
-    _api = importlib.import_module("._api", __name__)
-    globals().update({name: getattr(_api, name) for name in __all__})
-    return _api
+    package; what ``import inductor_xpugraph`` does, except under the command line, which
+    calls it once its arguments are parsed."""
+    config = importlib.import_module(".config", __name__)  # (not ``from .``: __getattr__)
+    from .codegen import disable, enable, enable_from_environment, enabled_devices
+    from .diagnostics.report import report, report_at_exit_if_asked
+    from .trees import mark_step_begin, mark_warmup_incomplete, reset
+    from .trees import snapshot as stats
+
+    api = dict(
+        config=config,
+        disable=disable,
+        enable=enable,
+        enabled_devices=enabled_devices,
+        mark_step_begin=mark_step_begin,
+        mark_warmup_incomplete=mark_warmup_incomplete,
+        report=report,
+        reset=reset,
+        stats=stats,
+    )
+    globals().update(api)
+    enable_from_environment()
+    report_at_exit_if_asked()
 
 
 if _settings.started_by_the_command_line:
@@ -61,7 +78,8 @@ if _settings.started_by_the_command_line:
     def __getattr__(name: str) -> Any:
         if name not in __all__:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        return getattr(_load_api(), name)
+        _load_api()
+        return globals()[name]
 
 else:
     _load_api()

@@ -22,8 +22,8 @@ import sys
 import time
 
 # What the parser offers, without importing torch (``--help`` and usage errors answer at
-# once): ``sycl_rules.releases.RELEASES`` and ``_probe_report.PROBE_TIMEOUT``, which a test
-# holds equal to these.
+# once): ``sycl_rules.releases.RELEASES`` and ``diagnostics.probe_report.PROBE_TIMEOUT``,
+# which a test holds equal to these.
 SYCL_RULES_RELEASES = ("2.11", "2.13", "2.15")
 PROBE_TIMEOUT = 180.0
 
@@ -254,7 +254,7 @@ def run_and_report(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import main
+    from .diagnostics.doctor import main
 
     if args.sycl_rules is not None:
         refusal = _sycl_rules_refusal(args)

@@ -49,7 +49,7 @@ def test_the_usage_names_the_script_it_was_started_as(monkeypatch, capsys):
 
 
 def test_the_parsers_choices_are_the_packages():
-    from inductor_xpugraph._probe_report import PROBE_TIMEOUT
+    from inductor_xpugraph.diagnostics.probe_report import PROBE_TIMEOUT
     from inductor_xpugraph.sycl_rules.releases import RELEASES
 
     assert __main__.SYCL_RULES_RELEASES == tuple(sorted(RELEASES))

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 import inductor_xpugraph
-from inductor_xpugraph import __main__, _probe_report, doctor
-from inductor_xpugraph.doctor import Finding, Status
+from inductor_xpugraph import __main__
+from inductor_xpugraph.diagnostics import doctor, probe_report
+from inductor_xpugraph.diagnostics.findings import Finding, Status
 
 
 def run_doctor(*args, **env) -> subprocess.CompletedProcess:
@@ -47,13 +48,13 @@ def test_doctor_without_a_device_warns_that_only_the_emulator_runs_and_probes_it
 
 
 def test_the_emulator_is_probed_when_enabled(monkeypatch):
-    monkeypatch.setattr(_probe_report, "available_devices", lambda: [])
+    monkeypatch.setattr(probe_report, "available_devices", lambda: [])
     was_enabled = "cpu" in inductor_xpugraph.enabled_devices()
     inductor_xpugraph.disable("cpu")
     try:
-        assert _probe_report.default_probe_devices() == []
+        assert probe_report.default_probe_devices() == []
         inductor_xpugraph.enable("cpu")
-        assert _probe_report.default_probe_devices() == ["cpu"]
+        assert probe_report.default_probe_devices() == ["cpu"]
     finally:
         (inductor_xpugraph.enable if was_enabled else inductor_xpugraph.disable)("cpu")
 
@@ -230,3 +231,12 @@ def test_cudagraph_or_error_set_is_a_warn_line_naming_where_inductor_raises():
     (warn,) = [f for f in findings if f.status is Status.WARN]
     assert "cudagraph_or_error is set" in warn.detail and "Inductor raises" in warn.detail
     assert ("xpu" in warn.detail) == (torch.__version__ >= "2.15")
+
+
+@pytest.mark.skipif(bool(doctor.available_devices()), reason="a device is present here")
+def test_doctor_without_a_device_says_that_nothing_was_probed_and_how_to_probe_the_cpu():
+    """Plain ``doctor`` on a CPU machine, and ``--no-probe``, each say what happened to the
+    graphs line (the CPU emulator is probed only when asked for)."""
+    plain = run_doctor(INDUCTOR_XPUGRAPH_DEVICES="xpu").stdout
+    assert f"OK    graphs: {doctor.NOTHING_TO_PROBE}" in plain
+    assert "OK    graphs: not probed (--no-probe)" in run_doctor("--no-probe").stdout

@@ -2,8 +2,8 @@
 replayed through a backend, each listed operator tried, all in a child process; and what the
 doctor makes of each outcome.
 
-Most tests run the probe in this process (``_probe.probe_device``) on the CPU emulator, or on a
-scripted backend over it that fails the way a device does; a few run the child process, whose
+Most tests run the probe in this process (``device_probe.probe_device``) on the CPU emulator, or on
+a scripted backend over it that fails the way a device does; a few run the child process, whose
 start-up (importing torch and this package) takes seconds.
 """
 
@@ -16,8 +16,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inductor_xpugraph
-from inductor_xpugraph import __main__, _probe, _probe_report, doctor, sycl_rules
-from inductor_xpugraph.doctor import Status
+from inductor_xpugraph import __main__, sycl_rules
+from inductor_xpugraph.diagnostics import device_probe, doctor, probe_report
+from inductor_xpugraph.diagnostics.findings import Status
 from inductor_xpugraph.sycl_rules import sycl
 from inductor_xpugraph.sycl_rules.releases import ONEMKL_OPS
 from inductor_xpugraph.trees.backends import (
@@ -96,8 +97,8 @@ class RepeatsRandomValues(CpuEmulationBackend):
 
 def probe(backend_class=CpuEmulationBackend):
     """The doctor's findings of the probe on the emulator with ``backend_class``."""
-    result = _probe.probe_device("cpu", lambda: backend_class(0))
-    return _probe_report.probe_findings("cpu", _probe_report.ChildRun(result))
+    result = device_probe.probe_device("cpu", lambda: backend_class(0))
+    return probe_report.probe_findings("cpu", probe_report.ChildRun(result))
 
 
 def lines(findings):
@@ -128,7 +129,7 @@ def test_a_device_that_records_nothing_warns_in_its_own_words_that_graphs_run_un
     (finding, _) = probe(RefusesEverything)
     assert finding.status is Status.WARN
     assert finding.detail == f"cannot record a graph: RuntimeError: {REFUSAL}"
-    assert finding.advice == _probe_report.NOTHING_RECORDS
+    assert finding.advice == probe_report.NOTHING_RECORDS
     assert "reduce-overhead gives no speedup here, results stay correct" in finding.advice
 
 
@@ -161,9 +162,9 @@ def test_random_values_that_repeat_at_each_replay_fail():
 
 def test_a_generator_left_in_capture_mode_fails():
     words = "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
-    result = _probe.probe_device("cpu", lambda: CpuEmulationBackend(0))
+    result = device_probe.probe_device("cpu", lambda: CpuEmulationBackend(0))
     result.generator_after = words
-    (finding,) = _probe_report.graph_findings("cpu", result)
+    (finding,) = probe_report.graph_findings("cpu", result)
     assert finding.status is Status.FAIL
     assert finding.detail == f"a random op raises un-graphed after the captures: {words}"
 
@@ -255,9 +256,9 @@ def under_rules(monkeypatch):
     def run(release):
         with sycl_rules.on_cpu(release):
             assert backend_class("cpu") is sycl_rules.XpuRulesBackend
-            result = _probe.probe_device("cpu", lambda: backend_class("cpu")(0))
+            result = device_probe.probe_device("cpu", lambda: backend_class("cpu")(0))
         assert result.sycl_rules == release
-        return _probe_report.probe_findings("cpu", _probe_report.ChildRun(result))
+        return probe_report.probe_findings("cpu", probe_report.ChildRun(result))
 
     return run
 
@@ -321,8 +322,8 @@ def test_the_onemkl_samples_run_their_operator_and_record_on_the_emulator(listed
 
 
 def test_a_stand_in_probe_that_gave_nothing_is_named_as_the_stand_in():
-    run = _probe_report.ChildRun(problem="timeout", detail="did not finish within 1 s")
-    (finding,) = _probe_report.probe_findings("cpu", run, "2.13")
+    run = probe_report.ChildRun(problem="timeout", detail="did not finish within 1 s")
+    (finding,) = probe_report.probe_findings("cpu", run, "2.13")
     assert finding.check == "graphs (stand-in xpu, torch 2.13 rules)"
 
 
@@ -390,7 +391,7 @@ def test_the_command_on_torch_2_13s_rules_prints_what_an_xpu_user_would_see():
 
 
 def child_result(device_type="cpu", backend=None, env=None, timeout=120.0):
-    return _probe_report.start(device_type, backend, env).result(timeout)
+    return probe_report.start(device_type, backend, env).result(timeout)
 
 
 @pytest.fixture
@@ -399,7 +400,7 @@ def child_runs(monkeypatch):
 
     def replace(code: str):
         command = [sys.executable, "-c", code]
-        monkeypatch.setattr(_probe_report, "child_command", lambda *args: command)
+        monkeypatch.setattr(probe_report, "child_command", lambda *args: command)
 
     return replace
 
@@ -409,7 +410,7 @@ def test_a_capture_failure_in_the_child_is_a_warn_in_the_devices_words():
     env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
     run = child_result(backend="test_doctor_probe:RefusesAttention", env=env)
     assert run.probe is not None, run
-    (finding, _) = _probe_report.probe_findings("cpu", run)
+    (finding, _) = probe_report.probe_findings("cpu", run)
     assert finding.status is Status.WARN
     assert finding.detail == f"attention does not record: RuntimeError: {REFUSAL}"
 
@@ -417,7 +418,7 @@ def test_a_capture_failure_in_the_child_is_a_warn_in_the_devices_words():
 @pytest.mark.slow
 def test_a_child_that_cannot_import_the_package_fails_naming_the_setting():
     run = child_result(env={**os.environ, "INDUCTOR_XPUGRAPH_WARMUP_RUNS": "0"})
-    (finding,) = _probe_report.probe_findings("cpu", run)
+    (finding,) = probe_report.probe_findings("cpu", run)
     assert finding.status is Status.FAIL
     assert "cannot import inductor_xpugraph: ValueError: INDUCTOR_XPUGRAPH_WARMUP_RUNS='0'" in (
         finding.detail
@@ -427,10 +428,10 @@ def test_a_child_that_cannot_import_the_package_fails_naming_the_setting():
 def test_a_probe_that_does_not_finish_in_time_warns_with_its_last_step(child_runs):
     child_runs(
         "import time\n"
-        f"print({_probe.LINE_PREFIX!r} + 'stage capturing the graph', flush=True)\n"
+        f"print({device_probe.LINE_PREFIX!r} + 'stage capturing the graph', flush=True)\n"
         "time.sleep(60)\n"
     )
-    (finding,) = _probe_report.probe_findings("cpu", child_result(timeout=1.5))
+    (finding,) = probe_report.probe_findings("cpu", child_result(timeout=1.5))
     assert finding.status is Status.WARN
     assert finding.detail == (
         "the probe did not finish within 1.5 s (last step: capturing the graph)"
@@ -441,10 +442,10 @@ def test_a_probe_that_does_not_finish_in_time_warns_with_its_last_step(child_run
 def test_a_probe_process_that_dies_fails_naming_the_signal_and_the_step(child_runs):
     child_runs(
         "import os, signal\n"
-        f"print({_probe.LINE_PREFIX!r} + 'stage replaying the graph', flush=True)\n"
+        f"print({device_probe.LINE_PREFIX!r} + 'stage replaying the graph', flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    (finding,) = _probe_report.probe_findings("cpu", child_result())
+    (finding,) = probe_report.probe_findings("cpu", child_result())
     assert finding.status is Status.FAIL
     assert (
         finding.detail == "the probe's process died (killed by SIGKILL) while replaying the graph"
@@ -453,8 +454,8 @@ def test_a_probe_process_that_dies_fails_naming_the_signal_and_the_step(child_ru
 
 def test_a_probe_process_that_cannot_start_warns(monkeypatch):
     missing = ["/nonexistent/python-of-the-probe"]
-    monkeypatch.setattr(_probe_report, "child_command", lambda *args: missing)
-    (finding,) = _probe_report.probe_findings("cpu", child_result())
+    monkeypatch.setattr(probe_report, "child_command", lambda *args: missing)
+    (finding,) = probe_report.probe_findings("cpu", child_result())
     assert finding.status is Status.WARN
     assert finding.detail.startswith("could not start the probe's process: FileNotFoundError")
 
@@ -462,22 +463,22 @@ def test_a_probe_process_that_cannot_start_warns(monkeypatch):
 def test_bad_settings_are_left_out_of_the_childs_environment(monkeypatch):
     environments = []
     monkeypatch.setattr(
-        _probe_report, "start", lambda device, env: environments.append(env) or "started"
+        probe_report, "start", lambda device, env: environments.append(env) or "started"
     )
     monkeypatch.setenv("INDUCTOR_XPUGRAPH_WARMUP_RUNS", "0")
     monkeypatch.setenv("INDUCTOR_XPUGRAPH_RERECORD_LIMIT", "3")
-    _probe_report.start_probes(["cpu"], leave_out={"INDUCTOR_XPUGRAPH_WARMUP_RUNS"})
+    probe_report.start_probes(["cpu"], leave_out={"INDUCTOR_XPUGRAPH_WARMUP_RUNS"})
     (env,) = environments
     assert "INDUCTOR_XPUGRAPH_WARMUP_RUNS" not in env
     assert env["INDUCTOR_XPUGRAPH_RERECORD_LIMIT"] == "3"
 
 
 @pytest.mark.skipif(
-    _probe_report.available_devices() != [], reason="needs a machine without xpu or cuda"
+    probe_report.available_devices() != [], reason="needs a machine without xpu or cuda"
 )
 def test_probing_a_device_that_is_not_available_fails_without_a_child():
-    (running,) = _probe_report.start_probes(["xpu"], leave_out=set()).values()
-    (finding,) = _probe_report.probe_findings("xpu", running.result(timeout=0))
+    (running,) = probe_report.start_probes(["xpu"], leave_out=set()).values()
+    (finding,) = probe_report.probe_findings("xpu", running.result(timeout=0))
     assert finding.status is Status.FAIL
     assert finding.check == "graphs (xpu:0)"
     assert finding.detail == "the device cannot run the probe: torch.xpu.is_available() is False"
@@ -487,7 +488,7 @@ def test_probing_a_device_that_is_not_available_fails_without_a_child():
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a cuda device")
 def test_the_probe_on_cuda_reports_ok():
-    findings = _probe_report.probe_findings("cuda", child_result("cuda"))
+    findings = probe_report.probe_findings("cuda", child_result("cuda"))
     assert [(f.check, f.status) for f in findings] == [
         ("graphs (cuda:0)", Status.OK),
         ("do-not-capture list (cuda)", Status.OK),

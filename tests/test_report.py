@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import inductor_xpugraph
-from inductor_xpugraph.report import CallableState, NodeState
+from inductor_xpugraph.diagnostics.report_records import CallableState, NodeState
 from inductor_xpugraph.trees.stats import EventKind
 
 pytestmark = pytest.mark.usefixtures("device")

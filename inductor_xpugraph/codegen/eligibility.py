@@ -10,7 +10,6 @@ a ``GraphPlan``: one ``GraphTarget`` per callable to wrap (``call``, or each
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 
 import torch
@@ -20,7 +19,7 @@ from torch._library.fake_class_registry import FakeScriptObject
 
 from .. import config
 from ..trees.node import Phase
-from ..trees.source_lines import format_source
+from ..trees.source_lines import user_source
 from .not_captured_ops import ListedOp
 
 _ACCEPTED_INPUT_TYPES = (torch.Tensor, torch.SymInt, int, torch.Generator)
@@ -261,19 +260,6 @@ def _whole_graph_skip_reason(
         if node is not None:
             return f"op {node.target} cannot be captured (node {node.name})", node
     return None, None
-
-
-# One frame of an FX node's ``stack_trace``: 'File "x.py", line 12, in f\n    code'.
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)')
-
-
-def user_source(stack_trace: str | None) -> str | None:
-    """The innermost frame of a stack trace Dynamo recorded, as ``path:line in function``
-    (the path relative to the working directory when it lies below it)."""
-    frames = _FRAME.findall(stack_trace or "")
-    if not frames:
-        return None
-    return format_source(*frames[-1])
 
 
 def graph_source() -> str | None:

@@ -36,6 +36,7 @@ from torch._inductor.utils import get_op_names
 from torch._inductor.virtualized import V
 
 from ..trees.backends.unrecordable_ops import listed_name, why_not_captured
+from ..trees.source_lines import user_source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +168,6 @@ def _graphs_generating_code() -> Iterator[GraphLowering]:
 def listed_op(node: object, device_type: str, ops: Sequence[str]) -> ListedOp | None:
     """``node`` (an operation of the graph being generated) as a ``ListedOp`` when it runs an
     operator of ``ops`` on ``device_type`` (a device graph's CPU ops are never captured)."""
-    from .eligibility import user_source  # eligibility imports this module
 
     name = listed_name(getattr(node, "op_overload", None), tuple(ops))
     if name is None or not isinstance(node, ir.ExternKernel):

@@ -16,16 +16,20 @@ Two registration traps are avoided (see ``../shared/notes/inductor-hooks.md``):
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Any
 
 from torch._inductor.codegen import common
 
+from .. import _settings
 from .cache_key import CacheKeyPass
 from .device_ops import OP_OVERRIDES
 from .wrapper import GraphTreeWrapperCodegen
 
 SUPPORTED_DEVICES = tuple(OP_OVERRIDES)
+DEVICES_VARIABLE = "INDUCTOR_XPUGRAPH_DEVICES"
+DEVICES_ACCEPTED = f"a comma-separated list of {', '.join(SUPPORTED_DEVICES)} (empty: none)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +85,31 @@ def disable(device: str) -> None:
             device_custom_config=stock.custom_config,
         )
         common.register_device_op_overrides(device, stock.op_overrides)
+
+
+def enable_from_environment() -> None:
+    """``import inductor_xpugraph``: enable the devices ``INDUCTOR_XPUGRAPH_DEVICES`` names
+    (default "xpu"). A value that names a device it does not know is refused
+    (``_settings.refuse``) before anything is enabled: a bad value applies nothing."""
+    try:
+        devices = devices_named(os.environ.get(DEVICES_VARIABLE, "xpu"))
+    except ValueError as error:
+        _settings.refuse(DEVICES_VARIABLE, f"{error}; it takes {DEVICES_ACCEPTED}")
+        return
+    for device in devices:
+        enable(device)
+
+
+def devices_named(value: str) -> list[str]:
+    """The devices an ``INDUCTOR_XPUGRAPH_DEVICES`` value names; ValueError for a name that is
+    not among ``SUPPORTED_DEVICES``."""
+    devices = [d for d in (d.strip() for d in value.split(",")) if d]
+    unknown = [d for d in devices if d not in SUPPORTED_DEVICES]
+    if unknown:
+        raise ValueError(
+            f"{DEVICES_VARIABLE}={value!r}: {', '.join(map(repr, unknown))} is not a device"
+        )
+    return devices
 
 
 def enabled_devices() -> tuple[str, ...]:

@@ -14,6 +14,7 @@ compiled call, or the ``backward()`` that compiled a backward graph.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 
@@ -79,3 +80,16 @@ def _is_library(frame: types.FrameType) -> bool:
         return True
     path = os.path.realpath(filename)
     return path.startswith(_STDLIB_DIR) and "site-packages" not in path
+
+
+# One frame of an FX node's ``stack_trace``: 'File "x.py", line 12, in f\n    code'.
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)')
+
+
+def user_source(stack_trace: str | None) -> str | None:
+    """The innermost frame of a stack trace Dynamo recorded, as ``path:line in function``
+    (the path relative to the working directory when it lies below it)."""
+    frames = _FRAME.findall(stack_trace or "")
+    if not frames:
+        return None
+    return format_source(*frames[-1])

@@ -1,6 +1,6 @@
-"""Sample inputs for the device probe (``_probe``): the operands of its graph, and how to run each
-operator of a device's do-not-capture list alone (``EXERCISES``), so that ``doctor`` can say
-which of them record on this machine."""
+"""Sample inputs for the device probe (``device_probe``): the operands of its graph, and how
+to run each operator of a device's do-not-capture list alone (``EXERCISES``), so that
+``doctor`` can say which of them record on this machine."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # The CPU emulator captures only code shaped like Inductor's CPU output: functions whose module
-# defines the allocator that code calls (as ``_probe`` does for its own graph).
+# defines the allocator that code calls (as ``device_probe`` does for its own graph).
 empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
 
 

@@ -1,4 +1,4 @@
-"""The doctor's side of the device probe (``_probe``): start it in a child process per device,
+"""The doctor's side of the device probe (``device_probe``): start it in a child process per device,
 collect what each child says (or why it said nothing: it did not start, timed out, died), and
 turn that into findings, with what each outcome means for a user of reduce-overhead.
 
@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 
-from . import _probe
-from .doctor import Finding, Status, available_devices
-from .trees.messages import first_line
+from ..trees.messages import first_line
+from . import device_probe
+from .findings import Finding, Status, available_devices
 
 # -- the child process -----------------------------------------------------------------------------
 
@@ -27,7 +27,7 @@ from .trees.messages import first_line
 class ChildRun:
     """What a probe's child process gave: its result, or why there is none."""
 
-    probe: _probe.DeviceProbe | None = None
+    probe: device_probe.DeviceProbe | None = None
     problem: str = ""  # "timeout", "not started", "died", "import", "error"
     detail: str = ""  # the problem, in words
     stage: str = ""  # the last step it started
@@ -89,13 +89,13 @@ class RunningProbe:
     def _read(self, out: str, err: str, timed_out: bool, timeout: float) -> ChildRun:
         run = ChildRun()
         for line in out.splitlines():
-            if not line.startswith(_probe.LINE_PREFIX):
+            if not line.startswith(device_probe.LINE_PREFIX):
                 continue
-            kind, _, text = line[len(_probe.LINE_PREFIX) :].partition(" ")
+            kind, _, text = line[len(device_probe.LINE_PREFIX) :].partition(" ")
             if kind == "stage":
                 run.stage = text
             elif kind == "result":
-                run.probe = _probe.DeviceProbe.from_json(text)
+                run.probe = device_probe.DeviceProbe.from_json(text)
             elif kind in ("import-error", "error"):
                 run.problem, run.detail = kind.replace("-error", ""), text
         if run.probe is not None or run.problem:
@@ -141,7 +141,7 @@ def child_command(
         *([backend] if backend else []),
         *(["--sycl-rules", sycl_rules] if sycl_rules else []),
     ]
-    return [sys.executable, "-c", _probe.CHILD_CODE, device_type, *options]
+    return [sys.executable, "-c", device_probe.CHILD_CODE, device_type, *options]
 
 
 def where(device_type: str, sycl_rules: str | None = None) -> str:
@@ -149,7 +149,7 @@ def where(device_type: str, sycl_rules: str | None = None) -> str:
     for an xpu device under torch ``sycl_rules``'s SYCL Graph rules."""
     if sycl_rules:
         return f"stand-in xpu, torch {sycl_rules} rules"
-    return _probe.device_label(device_type)
+    return device_probe.device_label(device_type)
 
 
 def stand_in_words(release: str) -> str:
@@ -227,8 +227,8 @@ def probe_findings(device_type: str, run: ChildRun, sycl_rules: str | None = Non
     return graph_findings(device_type, probe) + op_list_findings(device_type, probe)
 
 
-def graph_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]:
-    """The probe's graph (``_probe`` steps 1-3): OK, or one finding per problem."""
+def graph_findings(device_type: str, probe: device_probe.DeviceProbe) -> list[Finding]:
+    """The probe's graph (``device_probe`` steps 1-3): OK, or one finding per problem."""
     check = f"graphs ({where(device_type, probe.sycl_rules)})"
     if probe.unusable:
         advice = (
@@ -284,10 +284,10 @@ def graph_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]
     ]
 
 
-def _not_recorded(device_type: str, probe: _probe.DeviceProbe, check: str) -> list[Finding]:
+def _not_recorded(device_type: str, probe: device_probe.DeviceProbe, check: str) -> list[Finding]:
     """The graph did not record: which parts of it do not, and what that means."""
-    failed = [part for part in _probe.PARTS if not probe.parts[part].recorded]
-    if len(failed) == len(_probe.PARTS):
+    failed = [part for part in device_probe.PARTS if not probe.parts[part].recorded]
+    if len(failed) == len(device_probe.PARTS):
         return [
             Finding(
                 check, Status.WARN, f"cannot record a graph: {probe.graph.words}", NOTHING_RECORDS
@@ -335,11 +335,11 @@ def _generator_finding(check: str, when: str, words: str) -> Finding:
     )
 
 
-def op_list_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Finding]:
-    """Per operator of the device's do-not-capture list (``_probe`` step 4): whether it records
-    here, and what to do when that disagrees with the list or with
+def op_list_findings(device_type: str, probe: device_probe.DeviceProbe) -> list[Finding]:
+    """Per operator of the device's do-not-capture list (``device_probe`` step 4): whether it
+    records here, and what to do when that disagrees with the list or with
     ``config.allow_capture_ops``."""
-    from . import config
+    from .. import config
 
     listed_for = where(device_type, probe.sycl_rules) if probe.sycl_rules else device_type
     check = f"do-not-capture list ({listed_for})"
@@ -396,7 +396,7 @@ def op_list_findings(device_type: str, probe: _probe.DeviceProbe) -> list[Findin
     return findings
 
 
-def _named(op: str, probe: _probe.DeviceProbe) -> str:
+def _named(op: str, probe: device_probe.DeviceProbe) -> str:
     """``op``, and the xpu operator it stands for on the stand-in, where the names differ."""
     xpu_op = probe.stands_for.get(op)
     return f"{op} (standing for xpu's {xpu_op})" if xpu_op and xpu_op != op else op
@@ -419,7 +419,7 @@ def _op_names(ops: list[str]) -> str:
 
 def default_probe_devices() -> list[str]:
     """Each available device, and the CPU emulator when enabled (INDUCTOR_XPUGRAPH_DEVICES)."""
-    from .codegen import enabled_devices
+    from ..codegen import enabled_devices
 
     return available_devices() + (["cpu"] if "cpu" in enabled_devices() else [])
 
@@ -450,6 +450,6 @@ def start_probes(
             started[device] = start(device, env=env)
         else:
             unusable = f"torch.{device}.is_available() is False"
-            probe = _probe.DeviceProbe(_probe.device_label(device), unusable=unusable)
+            probe = device_probe.DeviceProbe(device_probe.device_label(device), unusable=unusable)
             started[device] = _Known(ChildRun(probe))
     return started

@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from .report import NodeReport, NodeState, Report, node_label
+from .report_records import NodeReport, NodeState, Report, node_label
 
 _COLOURS = {NodeState.REPLAYING: "#c8e6c9", NodeState.RECORDED: "#ffe0b2"}
 _EVENT_COLOUR = "#ffcdd2"

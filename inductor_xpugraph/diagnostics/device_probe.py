@@ -14,9 +14,9 @@ warmup, pool, capture, replay), the path compiled code takes:
 3. run a random op un-graphed afterwards: a failed capture must not leave the device's random
    number generator in capture mode;
 4. try each operator of the device's do-not-capture list (``UNRECORDABLE_OPS``, read now) with
-   sample inputs from ``_probe_exercises.EXERCISES``, and say which ones record here.
+   sample inputs from ``probe_exercises.EXERCISES``, and say which ones record here.
 
-It runs in a child process that ``_probe_report`` starts and reads: a crash, a hang or a
+It runs in a child process that ``probe_report`` starts and reads: a crash, a hang or a
 poisoned generator there never harms the doctor. The child prints its progress (``stage ...``)
 and its result (``result {json}``) on lines of their own. ``probe_device`` is the same probe
 in this process, for tests with a scripted backend.
@@ -41,8 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._probe_exercises import EXERCISES, NOT_TRIED_NAMESPACES, sample_inputs
-from .trees.messages import first_line
+from ..trees.messages import first_line
+from .probe_exercises import EXERCISES, NOT_TRIED_NAMESPACES, sample_inputs
 
 # The CPU emulator captures only code shaped like Inductor's CPU output: functions whose module
 # defines the allocator that code calls, which the emulator routes into the graph's memory.
@@ -197,7 +197,7 @@ def attempt(
 def sycl_rules_of(backend: Any) -> str:
     """The torch release whose SYCL Graph rules ``backend``'s device follows ("2.13"), when it
     is the stand-in of ``sycl_rules``; else ""."""
-    from .sycl_rules.releases import Release
+    from ..sycl_rules.releases import Release
 
     release = getattr(getattr(backend, "device_module", None), "release", None)
     return release.version if isinstance(release, Release) else ""
@@ -256,7 +256,7 @@ def probe_device(
     stage("running a random op un-graphed after the captures")
     probe.generator_after = _random_op_words(label)
 
-    from .trees.backends import unrecordable_ops
+    from ..trees.backends import unrecordable_ops
 
     probe.not_to_capture = list(unrecordable_ops.ops_not_to_capture(device_type))
     listed = unrecordable_ops.listed_ops(device_type)
@@ -309,7 +309,7 @@ LINE_PREFIX = "inductor_xpugraph-probe "
 CHILD_CODE = f"""
 import sys
 try:
-    from inductor_xpugraph._probe import child_main
+    from inductor_xpugraph.diagnostics.device_probe import child_main
 except BaseException as error:
     message = (str(error).splitlines() or [""])[0]
     print({LINE_PREFIX!r} + "import-error " + type(error).__name__ + ": " + message, flush=True)
@@ -326,7 +326,7 @@ def _backend_class(device_type: str, spec: str | None) -> type:
     """This project's backend class for ``device_type``, or the class ``spec`` names
     ("module:Class": tests script one that fails)."""
     if spec is None:
-        from .trees.backends import backend_class
+        from ..trees.backends import backend_class
 
         return backend_class(device_type)
     module_name, _, class_name = spec.partition(":")
@@ -346,7 +346,7 @@ def child_main(argv: list[str]) -> int:
     try:
         with contextlib.ExitStack() as scope:
             if release is not None:
-                from . import sycl_rules
+                from .. import sycl_rules
 
                 scope.enter_context(sycl_rules.on_cpu(release))
             probe = probe_device(

@@ -17,7 +17,7 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
 - graphs, per device probed (each available xpu and cuda device; the CPU emulator when
   INDUCTOR_XPUGRAPH_DEVICES names it; or those given with ``--device``): a matmul, attention and
   a random op captured and replayed through this project's backend, in a child process
-  (``_probe``), and each operator of the device's do-not-capture list tried there. With
+  (``device_probe``), and each operator of the device's do-not-capture list tried there. With
   ``--device cpu --sycl-rules RELEASE``, the CPU under SYCL Graph's rules as torch RELEASE's
   XPU runtime meets them (``sycl_rules.on_cpu``): what that release would refuse on an Intel
   GPU, shown on the stand-in (a first ``sycl rules`` line says so), not an XPU measurement.
@@ -33,36 +33,17 @@ child runs without the refused variables.
 
 from __future__ import annotations
 
-import enum
 import importlib.util
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .trees.messages import first_line
+from ..trees.messages import first_line
+from .findings import GRAPH_APIS, Finding, Status, available_devices
 
 SUPPORTED_TORCH = ((2, 11), (2, 15))  # oldest and newest minor versions verified
-
-
-class Status(enum.Enum):
-    OK = "OK"
-    WARN = "WARN"
-    FAIL = "FAIL"
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: Status
-    detail: str
-    advice: str = ""
-
-    def line(self) -> str:
-        text = f"{self.status.value:<4}  {self.check}: {self.detail}"
-        return f"{text}\n      -> {self.advice}" if self.advice else text
 
 
 def check_torch(version: str | None = None) -> Finding:
@@ -92,21 +73,6 @@ def check_torch(version: str | None = None) -> Finding:
 
 
 # device -> (torch module, the graph class its backend captures with)
-_GRAPH_APIS = {"xpu": ("xpu", "XPUGraph"), "cuda": ("cuda", "CUDAGraph")}
-
-
-def available_devices() -> list[str]:
-    return [device for device, (module, _) in _GRAPH_APIS.items() if _is_available(module)]
-
-
-def _is_available(module_name: str) -> bool:
-    module = getattr(torch, module_name, None)
-    try:
-        return module is not None and module.is_available()
-    except Exception:  # a broken driver: check_devices says nothing is available
-        return False
-
-
 def check_devices(devices: list[str]) -> list[Finding]:
     if not devices:
         return [
@@ -121,7 +87,7 @@ def check_devices(devices: list[str]) -> list[Finding]:
         ]
     findings = []
     for device in devices:
-        module_name, graph_class = _GRAPH_APIS[device]
+        module_name, graph_class = GRAPH_APIS[device]
         module = getattr(torch, module_name)
         name = module.get_device_name(0)
         if hasattr(module, graph_class):
@@ -158,7 +124,7 @@ def check_triton(devices: list[str]) -> Finding:
 
 def check_stale_output_errors() -> Finding:
     """Which path turns held outputs of earlier steps into errors (``trees.invalidation``)."""
-    from .trees import invalidation
+    from ..trees import invalidation
 
     if hasattr(torch._C, "_set_storage_access_error_msg"):
         return Finding("stale-output errors", Status.OK, "torch's own binding")
@@ -190,8 +156,8 @@ _DEVICES_WITH_UPSTREAM_TREES = frozenset({"cuda"})
 def check_registration(devices: list[str]) -> list[Finding]:
     from torch._inductor.codegen import common
 
-    from .codegen import enabled_devices
-    from .codegen.wrapper import GraphTreeWrapperCodegen
+    from ..codegen import enabled_devices
+    from ..codegen.wrapper import GraphTreeWrapperCodegen
 
     findings = []
     for device in devices:
@@ -230,7 +196,7 @@ def check_registration(devices: list[str]) -> list[Finding]:
 
 # -- settings --------------------------------------------------------------------------------------
 
-DEVICES_VARIABLE = "INDUCTOR_XPUGRAPH_DEVICES"
+DEVICES_VARIABLE = "INDUCTOR_XPUGRAPH_DEVICES"  # (``codegen.registration`` reads it)
 
 
 def setting_variable(name: str) -> str:
@@ -240,7 +206,7 @@ def setting_variable(name: str) -> str:
 
 def _accepted(name: str, default: object) -> str:
     """What setting ``name`` accepts from the environment, in words."""
-    from ._settings import _FALSE, _TRUE, CHECKS
+    from .._settings import _FALSE, _TRUE, CHECKS
 
     if isinstance(default, bool):
         return "/".join(_TRUE + _FALSE)
@@ -256,20 +222,16 @@ def _accepted(name: str, default: object) -> str:
 def bad_settings() -> dict[str, tuple[str, str]]:
     """Per ``INDUCTOR_XPUGRAPH_*`` variable of this process whose value ``import
     inductor_xpugraph`` refuses: why, and what it accepts."""
-    from . import _settings, config
-    from .codegen import SUPPORTED_DEVICES
+    from .. import _settings, config
+    from ..codegen.registration import DEVICES_ACCEPTED, devices_named
 
     environ = os.environ
     bad = {}
     if DEVICES_VARIABLE in environ:
-        raw = environ[DEVICES_VARIABLE]
-        names = [d.strip() for d in raw.split(",")]
-        unknown = [d for d in names if d and d not in SUPPORTED_DEVICES]
-        if unknown:
-            bad[DEVICES_VARIABLE] = (
-                f"{DEVICES_VARIABLE}={raw!r}: {', '.join(map(repr, unknown))} is not a device",
-                f"a comma-separated list of {', '.join(SUPPORTED_DEVICES)} (empty: none)",
-            )
+        try:
+            devices_named(environ[DEVICES_VARIABLE])
+        except ValueError as error:
+            bad[DEVICES_VARIABLE] = (str(error), DEVICES_ACCEPTED)
     for name in _settings.CHECKS:
         variable = setting_variable(name)
         if name.startswith("_") or variable not in environ:
@@ -284,7 +246,7 @@ def bad_settings() -> dict[str, tuple[str, str]]:
 
 def check_settings() -> list[Finding]:
     """A FAIL per bad ``INDUCTOR_XPUGRAPH_*`` value, else an OK naming the settings given."""
-    from . import _settings
+    from .. import _settings
 
     bad = bad_settings()
     if bad:
@@ -313,7 +275,7 @@ def check_upstream_settings() -> list[Finding]:
     ``cudagraph_or_error`` where Inductor raises on the graphs we capture."""
     import torch
 
-    from .trees.recording_policy import HONOURED, NOT_APPLIED, upstream_settings_set
+    from ..trees.recording_policy import HONOURED, NOT_APPLIED, upstream_settings_set
 
     triton = torch._inductor.config.triton
     honoured = [name for name in HONOURED if hasattr(triton, name)]  # this torch's
@@ -380,7 +342,7 @@ def _guarded_value(run: Callable[[], Any], default: Any) -> Any:
 
 def check_sycl_rules(release: str) -> Finding:
     """The first line of a doctor run under ``--sycl-rules``: what its probe lines are."""
-    from ._probe_report import stand_in_words
+    from .probe_report import stand_in_words
 
     return Finding(
         "sycl rules",
@@ -390,6 +352,12 @@ def check_sycl_rules(release: str) -> Finding:
     )
 
 
+NOTHING_TO_PROBE = (
+    "no xpu or cuda device to probe; `doctor --device cpu` probes the CPU emulator "
+    "(the runtime, not a device)"
+)
+
+
 def diagnose(
     probe_devices: list[str] | None = None,
     probe: bool = True,
@@ -397,16 +365,16 @@ def diagnose(
     sycl_rules: str | None = None,
 ) -> list[Finding]:
     """Every check. ``probe_devices``: the devices whose graphs are probed (default: each
-    available device, and the CPU emulator when enabled); none when ``probe`` is False.
-    ``probe_timeout``: seconds each probe may take (``_probe_report.PROBE_TIMEOUT``).
+    available device, and the CPU emulator when enabled); none when ``device_probe`` is False.
+    ``probe_timeout``: seconds each probe may take (``probe_report.PROBE_TIMEOUT``).
     ``sycl_rules``: a torch release ("2.13"): the CPU's probe runs under its SYCL Graph rules
     (``sycl_rules.on_cpu``), standing in for an xpu device; ValueError for a release it has
     no rules of."""
-    from . import _probe_report
-    from .codegen import enabled_devices
+    from ..codegen import enabled_devices
+    from . import probe_report
 
     if sycl_rules is not None:
-        from .sycl_rules.releases import release_of
+        from ..sycl_rules.releases import release_of
 
         release_of(sycl_rules)  # raises, naming the releases it has rules of
 
@@ -415,9 +383,9 @@ def diagnose(
     running: dict[str, Any] = {}
 
     def start_probes() -> list[Finding]:  # first: they run while the other checks do
-        chosen = probe_devices or _probe_report.default_probe_devices()
+        chosen = probe_devices or probe_report.default_probe_devices()
         leave_out = set(_guarded_value(bad_settings, {}))  # the settings line says why
-        running.update(_probe_report.start_probes(chosen, leave_out, sycl_rules))
+        running.update(probe_report.start_probes(chosen, leave_out, sycl_rules))
         return []
 
     not_started = _guarded("graphs", start_probes) if probe else []
@@ -433,12 +401,16 @@ def diagnose(
         *_guarded("registration", lambda: check_registration(devices + emulator)),
     ]
     findings += not_started
-    timeout = _probe_report.PROBE_TIMEOUT if probe_timeout is None else probe_timeout
+    if not probe:
+        findings.append(Finding("graphs", Status.OK, "not probed (--no-probe): nothing captured"))
+    elif not running and not not_started:
+        findings.append(Finding("graphs", Status.OK, NOTHING_TO_PROBE))
+    timeout = probe_report.PROBE_TIMEOUT if probe_timeout is None else probe_timeout
     for device, child in running.items():
         rules = sycl_rules if device == "cpu" else None
         findings += _guarded(
-            f"graphs ({_probe_report.where(device, rules)})",
-            lambda: _probe_report.probe_findings(device, child.result(timeout), rules),
+            f"graphs ({probe_report.where(device, rules)})",
+            lambda: probe_report.probe_findings(device, child.result(timeout), rules),
         )
     return findings
 

@@ -1,0 +1,130 @@
+"""What the graph trees hold and why: ``inductor_xpugraph.report()``.
+
+A ``Report`` is a snapshot, as data (frozen records, for tests and tools), as text
+(``str(report)``) and as a picture (``report("tree.png")``, or ``.svg``/``.pdf``; needs
+matplotlib: ``pip install inductor-xpugraph[report]``); the records are ``report_records``:
+
+- per device and thread, the tree: each node with its graph's name, phase, the sizes it was
+  recorded for, its state (recorded, replaying), replays, the memory of its outputs (and how
+  much of it the node owns now), which variant it is for its callable and sizes, and the
+  user's source line of its graph;
+- every compiled callable: warming up, graphed, or fallen back for good;
+- every event (skip, fallback, re-record, liveness fallback, start over, pending backward)
+  with its reason, graph, source line and count.
+
+``python -m inductor_xpugraph report script.py [args]`` runs a script and prints its report
+at the end; ``INDUCTOR_XPUGRAPH_REPORT=1`` (or ``=tree.png``) prints (and draws) it at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+from ..trees import stats
+from ..trees.graphed_callable import _all_callables
+from ..trees.memory import OwnedOutputs
+from ..trees.node import GraphNode
+from ..trees.per_thread import all_trees
+from ..trees.tree import GraphTree
+from .report_picture import draw
+from .report_records import (
+    CallableReport,
+    CallableState,
+    EventReport,
+    NodeReport,
+    NodeState,
+    Report,
+    TreeReport,
+)
+
+REPORT_ENV = "INDUCTOR_XPUGRAPH_REPORT"
+
+
+def report(path: str | os.PathLike[str] | None = None) -> Report:
+    """A snapshot of every tree, callable and event of this process; ``path``: also draw it."""
+    snapshot = Report(
+        trees=tuple(_tree_report(tree) for tree in all_trees() if tree.nodes()),
+        callables=tuple(_callable_reports()),
+        events=tuple(
+            EventReport(e.kind, e.graph, e.reason, e.source, e.count) for e in stats.events.values()
+        ),
+        counters=stats.counts(),
+    )
+    if path is not None:
+        draw(snapshot, os.fspath(path))
+    return snapshot
+
+
+def _tree_report(tree: GraphTree) -> TreeReport:
+    memory = "owned outputs" if isinstance(tree.memory, OwnedOutputs) else "allocator checkpointing"
+    return TreeReport(
+        device=tree.device,
+        thread=tree.thread,
+        memory=memory,
+        pool_bytes=tree.pool_bytes(),
+        generations=tree.generations_started,
+        roots=_children(tree.root),
+    )
+
+
+def _children(parent: GraphNode) -> tuple[NodeReport, ...]:
+    reports = []
+    for key in list(parent.children):
+        variants = parent.variants(key)
+        for index, node in enumerate(variants):
+            reports.append(_node_report(node, index, len(variants)))
+    return tuple(reports)
+
+
+def _node_report(node: GraphNode, variant: int, variants: int) -> NodeReport:
+    blocks = node.recording.blocks
+    return NodeReport(
+        graph=node.name,
+        phase=node.phase,
+        sizes=tuple(node.sizes),
+        state=NodeState.REPLAYING if node.replays else NodeState.RECORDED,
+        replays=node.replays,
+        output_bytes=sum(block.nbytes for block in blocks),
+        owned_bytes=sum(block.nbytes for block in blocks if block.owner is not None),
+        variant=variant,
+        variants=variants,
+        source=node.source,
+        children=_children(node),
+    )
+
+
+def _callable_reports() -> Iterator[CallableReport]:
+    recorded = {node.callable_id for tree in all_trees() for node in tree.nodes()}
+    for graphed in sorted(_all_callables, key=lambda g: g.id):
+        if graphed.policy.stopped:
+            state = CallableState.FALLBACK
+        elif graphed.id in recorded:
+            state = CallableState.GRAPHED
+        else:
+            state = CallableState.WARMUP
+        yield CallableReport(
+            graph=graphed.name,
+            phase=graphed.phase,
+            device=graphed.device,
+            state=state,
+            sizes_seen=graphed.policy.sizes_seen,
+            rerecords=graphed.policy.rerecords,
+            source=graphed.source,
+        )
+
+
+# -- at exit ------------------------------------------------------------------------------------
+
+
+def report_at_exit_if_asked() -> None:
+    """``INDUCTOR_XPUGRAPH_REPORT=1`` prints the report when the process exits; a path
+    ending in .png, .svg or .pdf also draws it there."""
+    value = os.environ.get(REPORT_ENV, "").strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return
+    import atexit
+
+    path = value if value.lower().endswith((".png", ".svg", ".pdf")) else None
+    atexit.register(lambda: print(report(path).text(), file=sys.stderr))

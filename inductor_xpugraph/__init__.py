@@ -51,9 +51,9 @@ def _load_api() -> None:
     calls it once its arguments are parsed."""
     config = importlib.import_module(".config", __name__)  # (not ``from .``: __getattr__)
     from .codegen import disable, enable, enable_from_environment, enabled_devices
+    from .diagnostics.report import counters as stats
     from .diagnostics.report import report, report_at_exit_if_asked
     from .trees import mark_step_begin, mark_warmup_incomplete, reset
-    from .trees import snapshot as stats
 
     api = dict(
         config=config,

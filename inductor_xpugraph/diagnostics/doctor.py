@@ -372,6 +372,7 @@ def diagnose(
     no rules of."""
     from ..codegen import enabled_devices
     from . import probe_report
+    from .report import not_enabled_hint
 
     if sycl_rules is not None:
         from ..sycl_rules.releases import release_of
@@ -401,6 +402,9 @@ def diagnose(
         *_guarded("registration", lambda: check_registration(devices + emulator)),
     ]
     findings += not_started
+    hint = _guarded_value(not_enabled_hint, None)  # in a process that compiled: see report
+    if hint is not None:
+        findings.append(Finding("registration", Status.WARN, hint))
     if not probe:
         findings.append(Finding("graphs", Status.OK, "not probed (--no-probe): nothing captured"))
     elif not running and not not_started:

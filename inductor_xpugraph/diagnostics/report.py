@@ -22,7 +22,10 @@ import os
 import sys
 from collections.abc import Iterator
 
-from ..trees import stats
+from torch._dynamo.utils import counters as torch_counters
+
+from ..codegen import enabled_devices
+from ..trees import snapshot, stats
 from ..trees.graphed_callable import _all_callables
 from ..trees.memory import OwnedOutputs
 from ..trees.node import GraphNode
@@ -51,10 +54,39 @@ def report(path: str | os.PathLike[str] | None = None) -> Report:
             EventReport(e.kind, e.graph, e.reason, e.source, e.count) for e in stats.events.values()
         ),
         counters=stats.counts(),
+        hint=not_enabled_hint(),
     )
     if path is not None:
         draw(snapshot, os.fspath(path))
     return snapshot
+
+
+def counters() -> dict[str, object]:
+    """``inductor_xpugraph.stats()``: the counters and pool bytes (``trees.snapshot``). When
+    they show that nothing was captured although Inductor skipped its own device graphs, it
+    says once, in the log, what is likely missing (``not_enabled_hint``)."""
+    counts = snapshot()
+    hint = not_enabled_hint(counts)
+    if hint is not None:
+        stats.warn_once(f"inductor_xpugraph.stats(): {hint}")
+    return counts
+
+
+def not_enabled_hint(counts: dict[str, object] | None = None) -> str | None:
+    """Why nothing may be captured: Inductor skipped its device graphs (``mode=
+    "reduce-overhead"``) in this process, and no graphed callable of this package ever ran,
+    so the graphs were compiled for a device it is not enabled for. None otherwise."""
+    skipped = torch_counters["inductor"].get("cudagraph_skips", 0)
+    counts = stats.counts() if counts is None else counts
+    if not skipped or any(counts[name] for name in ("warmups", "records", "skips", "fallbacks")):
+        return None
+    enabled = ", ".join(enabled_devices()) or "no device"
+    return (
+        f'Inductor skipped its device graphs (mode="reduce-overhead") in this process and this '
+        f"package captured nothing: it is enabled for {enabled}. Enable it for the device your "
+        f'model runs on before compiling: inductor_xpugraph.enable("cpu") (the CPU emulator) '
+        f'or enable("xpu") / enable("cuda"), or INDUCTOR_XPUGRAPH_DEVICES=cpu before the import'
+    )
 
 
 def _tree_report(tree: GraphTree) -> TreeReport:

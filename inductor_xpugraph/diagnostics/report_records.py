@@ -86,6 +86,8 @@ class Report:
     callables: tuple[CallableReport, ...]
     events: tuple[EventReport, ...]
     counters: dict[str, object]
+    # Why nothing may have been captured (``report.not_enabled_hint``), or None.
+    hint: str | None = None
 
     def nodes(self) -> list[NodeReport]:
         return [node for tree in self.trees for node in tree.nodes()]
@@ -123,6 +125,8 @@ def _text(report: Report) -> str:
         f"{c['warmups']} warmup runs, {c['rerecords']} re-records, {c['fallbacks']} "
         f"fallbacks, {c['skips']} skipped calls, {c['handovers']} handovers"
     ]
+    if report.hint:
+        lines.append(f"hint: {report.hint}")
     for tree in report.trees:
         lines.append(
             f"tree {tree.device}, thread {tree.thread} ({tree.memory}): pool "

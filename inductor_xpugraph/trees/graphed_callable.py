@@ -21,11 +21,10 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size. How many warmups, which sizes, how many re-records
-before the callable stops recording (the thrash guard): ``recording_policy``. A callable
-that mutates an input is captured only when that input is static or an output of an earlier
-graph (a replay would otherwise write to a copy). Calls made while the current stream is
-already being captured (by anyone) run the plain callable: a capture is never nested inside
-another.
+before the callable stops recording (the thrash guard): ``recording_policy``. An input the
+callable writes is captured where it lies (static, an output of an earlier graph, or state
+passed again: ``kept_state``), never copied: a replay would write the copy. A call made while
+the stream is being captured (by anyone) runs the plain callable: captures never nest.
 
 What keeps a callable's recordings alive, and what frees them: ``lifetime``.
 """
@@ -45,7 +44,7 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
-from .inputs import InputBuffers, StaticInput, input_identity
+from .inputs import InputBuffers, InputNames, StaticInput, input_identity
 from .kept_state import PassedAgain, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
@@ -102,11 +101,11 @@ class GraphedCallable:
         self.written_later: Sequence[torch.Tensor] = ()
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
-        # recording checked them; every other call checks them (``_check_alignment``).
+        # recording checked them; every other call checks them (``_slow_path``).
         self.aligned_inputs = tuple(aligned_inputs)
         # What the static, mutated and object inputs are (placeholder and first use), by
         # position, for the messages about them; codegen provides them.
-        self.input_names = dict(input_names or {})
+        self.input_names = InputNames(input_names or {})
         # The compile that loaded this callable (None outside one), for the structured trace.
         self.compile_id = torch._guards.CompileContext.current_compile_id()
         self._after_run = {
@@ -205,16 +204,6 @@ class GraphedCallable:
                 self._raise_for_stale_state(args, error)
             raise
 
-    def _check_alignment(self, args: list[Any]) -> None:
-        """Raise before anything runs if a static input the kernels take as aligned is not."""
-        misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
-        if misaligned:
-            raise ValueError(
-                messages.misaligned_static_inputs(
-                    self.name, self.describe_inputs(misaligned), ALIGNMENT
-                )
-            )
-
     def _positions_passed_back(self, args: list[Any]) -> tuple[int, ...]:
         if self._passed_back is None:
             self._passed_back = tuple(
@@ -233,7 +222,7 @@ class GraphedCallable:
         state]): raise once, naming who holds it; it is kept from now on."""
         tree = thread_trees().get(self.device) or tree_for(self.device)
         error = stale_state_error(
-            args, self.mutated_inputs, tree.keep_state, self.name, self.describe_inputs
+            args, self.mutated_inputs, tree.keep_state, self.name, self.input_names.describe
         )
         if error is not None:
             raise error from cause
@@ -244,7 +233,10 @@ class GraphedCallable:
             self._passed_again = self._mutated_inputs_seen.note(args)
             tree.generation.note_written(args, self.mutated_inputs)
         if self.aligned_inputs:
-            self._check_alignment(args)
+            misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
+            if misaligned:  # before anything runs
+                words = self.input_names.describe(misaligned)
+                raise ValueError(messages.misaligned_static_inputs(self.name, words, ALIGNMENT))
         if self.policy.stopped or tree.backend.is_capturing() or tree.backend.cannot_record:
             # Un-graphed for good (here, or on the whole device), or someone else is
             # capturing: run inside their capture.
@@ -358,7 +350,7 @@ class GraphedCallable:
         produced = [i for i in moved if i not in self.static_inputs]  # by earlier graphs
         reached = self.policy.note_managed_moves(tree.current, produced, not self.mutated_inputs)
         if reached:
-            limit, words = self.policy.settings.managed_limit, self.describe_inputs(reached)
+            limit, words = self.policy.settings.managed_limit, self.input_names.describe(reached)
             if self.policy.settings.managed_action == "skip":
                 self.policy.skip(messages.managed_inputs_skip(words, limit))
                 return self.fn(args)
@@ -371,28 +363,13 @@ class GraphedCallable:
                 reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
             else:
                 reason = messages.fallback_for_moving_inputs(
-                    self.describe_inputs(moved + replaced), span, *self.policy.limits
+                    self.input_names.describe(moved + replaced), span, *self.policy.limits
                 )
             return self._fall_back(reason, args)
         if len(variants) >= config.static_input_variants:
             tree.evict_variant(variants[-1])  # the least recently used
-        reason = messages.rerecord(self._what_changed(moved, replaced))
+        reason = messages.rerecord(self.input_names.changed(moved, replaced))
         return self._record(tree, key, args, counted=True, rerecord_reason=reason)
-
-    def describe_inputs(self, positions: Sequence[int], shown: int = 4) -> str:
-        """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``,
-        for messages (the first ``shown`` of them)."""
-        parts = [
-            f"{i} ({self.input_names[i]})" if i in self.input_names else f"{i}" for i in positions
-        ]
-        more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
-        return ("input " if len(parts) == 1 else "inputs ") + ", ".join(parts[:shown]) + more
-
-    def _what_changed(self, moved: list[int], replaced: list[int]) -> str:
-        return messages.moved_and_replaced(
-            self.describe_inputs(moved) if moved else None,
-            self.describe_inputs(replaced) if replaced else None,
-        )
 
     def _fall_back(self, reason: str, args: list[Any]) -> Any:
         """Run un-graphed from now on (the thrash guard); the tree drops this callable's
@@ -417,7 +394,7 @@ class GraphedCallable:
         counts it here if it went with a dropped variant before it (``tree.take_evicted``).
         ``rerecord_reason``: this callable was recorded here before, and why it is again;
         counted and said only once the capture is admitted (a refused one records nothing)."""
-        path_blocks = tree.path_blocks()
+        path_blocks = tree.current.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
         copied_here = self.policy.copied_at.get(tree.current, ())  # moved too often here
@@ -432,7 +409,7 @@ class GraphedCallable:
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
-            self.policy.skip(messages.unsafe_mutation(self.describe_inputs(unsafe)))
+            self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe)))
             return self.fn(args)
         refused = tree.backend.reason_not_to_capture(args)
         if refused is not None:

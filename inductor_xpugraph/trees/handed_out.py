@@ -68,6 +68,7 @@ import torch
 
 from . import messages, stats
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
+from .kept_state import is_stale
 from .node import CallableIdentity, GraphNode, Phase
 from .recording import OutputBlock, hand_over
 from .storages import tensor_over
@@ -78,7 +79,7 @@ class HandedOut:
     (their output objects are their recordings'), and the outputs of its un-graphed runs, as
     (callable identity, weak references to its outputs) pairs."""
 
-    __slots__ = ("nodes", "eager_outputs", "kept", "written")
+    __slots__ = ("nodes", "eager_outputs", "kept", "kept_tensors", "written")
 
     def __init__(
         self,
@@ -93,19 +94,18 @@ class HandedOut:
         self.written = written or []
         # Storage addresses of the outputs kept as state: those, and ``keep_mutated``'s.
         self.kept: set[int] = {address for _, address in self.written}
+        self.kept_tensors: list[torch.Tensor] = []  # ``keep_mutated``'s
 
-    def keep_mutated(self, tensors: Sequence[Any]) -> list[torch.Tensor]:
+    def keep_mutated(self, tensors: Sequence[Any]) -> None:
         """Note [Outputs kept as state]: those of ``tensors`` (the call that starts the next
         generation writes them) that are outputs of this generation about to go stale; their
         memory is handed over when it is retired, instead of made stale."""
-        kept: list[torch.Tensor] = []
         if not self.nodes and not self.eager_outputs:
-            return kept
+            return
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor) and self.goes_stale(tensor):
                 self.kept.add(tensor.untyped_storage().data_ptr())
-                kept.append(tensor)
-        return kept
+                self.kept_tensors.append(tensor)
 
     def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
         """Replace each tensor of ``args`` at ``positions`` that is about to go stale (in an
@@ -124,20 +124,17 @@ class HandedOut:
                 copy = copies[address] = storage.clone()
             args[i] = tensor_over(copy, arg.storage_offset(), arg.size(), arg.stride(), arg.dtype)
 
-    def handed_over_state(self) -> list[torch.Tensor]:
-        """The outputs in ``written`` that retiring handed over (out of the pool now, so at
-        another address): state from now on. Call after ``retire`` and the warmups' hand-over."""
-        moved = []
+    def kept_state(self) -> list[torch.Tensor]:
+        """The tensors kept as state (``keep_mutated``, ``written``) that retiring handed over
+        (out of the pool now: unless no copy could be queued, which made them stale), each
+        once. Call after ``retire`` and the warmups' hand-over."""
+        kept = dict.fromkeys(self.kept_tensors)  # (two positions may hold one tensor)
         for ref, address in self.written:
             tensor = ref()
-            if tensor is None:
-                continue
-            try:
-                if tensor.untyped_storage().data_ptr() != address:
-                    moved.append(tensor)
-            except RuntimeError:  # made stale: no copy could be queued
-                continue
-        return moved
+            if tensor is not None and not is_stale(tensor):
+                if tensor.untyped_storage().data_ptr() != address:  # moved out of the pool
+                    kept[tensor] = None
+        return [tensor for tensor in kept if not is_stale(tensor)]
 
     def goes_stale(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lies in memory this generation handed out, which retiring makes

@@ -10,11 +10,12 @@ calls with the same identity can replay the same recording.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
+from . import messages
 from .storages import alias_over, unowned
 
 
@@ -110,3 +111,25 @@ def writable_view(t: torch.Tensor) -> torch.Tensor:
         if stride == 0 and size > 1:
             t = t.narrow(dim, 0, 1)
     return t
+
+
+class InputNames:
+    """What a callable's static, mutated and object inputs are, by position (placeholder and
+    first use; codegen provides them), for the messages about them."""
+
+    def __init__(self, names: Mapping[int, str]) -> None:
+        self.names = dict(names)
+
+    def describe(self, positions: Sequence[int], shown: int = 4) -> str:
+        """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``
+        (the first ``shown`` of them)."""
+        parts = [f"{i} ({self.names[i]})" if i in self.names else f"{i}" for i in positions]
+        more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
+        return ("input " if len(parts) == 1 else "inputs ") + ", ".join(parts[:shown]) + more
+
+    def changed(self, moved: list[int], replaced: list[int]) -> str:
+        """Which non-copied inputs moved, and which were replaced, since the capture."""
+        return messages.moved_and_replaced(
+            self.describe(moved) if moved else None,
+            self.describe(replaced) if replaced else None,
+        )

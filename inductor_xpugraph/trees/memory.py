@@ -100,6 +100,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
+from . import messages, stats
 from .invalidation import copy_out_of_pool
 from .node import ConsumedInput, GraphNode
 from .storages import tensor_over
@@ -409,3 +410,15 @@ def memory_strategy(backend: GraphBackend) -> MemoryStrategy:
     if config.allocator_checkpointing and backend.supports_pool_checkpoints:
         return CheckpointedPool(backend)
     return OwnedOutputs()
+
+
+def reserve_in_new_pool(backend: GraphBackend, pool: Any, nbytes: int, device: str) -> None:
+    """``initial_pool_allocation_gb``: a reservation the device cannot make, or has no
+    memory for, is said once and the pool grows as graphs are recorded."""
+    try:
+        if backend.reserve_in_pool(pool, nbytes):
+            return
+        why = "its allocator cannot place memory in a pool outside a capture"
+    except RuntimeError as error:  # out of memory
+        why = f"reserving {nbytes / 2**30:.2f} GiB failed ({messages.first_line(error)})"
+    stats.warn_once(messages.CANNOT_RESERVE_POOL % (device, why))

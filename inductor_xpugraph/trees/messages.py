@@ -3,7 +3,7 @@
 now on (fallback), why it recorded again (re-record), why a step left the tree (liveness
 fallback), when a tree changes its memory strategy, and the stale-output errors.
 
-Each reason says what happened, to which input (named by ``GraphedCallable.describe_inputs``:
+Each reason says what happened, to which input (named by ``inputs.InputNames.describe``:
 placeholder, module, source line) and what the user can do; the graph's name and source line
 are added by ``stats.Event.line``. Tests and ``report()`` match these texts. Why codegen
 leaves a whole graph un-captured is said where it decides, in ``codegen.eligibility``.
@@ -40,7 +40,7 @@ def managed_inputs_skip(inputs: str, limit: int) -> str:
 
 def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
     """``moved``/``replaced``: the inputs with new addresses, the object inputs that are other
-    objects than at capture (each as ``describe_inputs`` words them), or None."""
+    objects than at capture (each as ``InputNames.describe`` words them), or None."""
     parts = [f"{moved} moved (new addresses)"] if moved else []
     if replaced:
         parts.append(f"{replaced} are other objects than at capture")

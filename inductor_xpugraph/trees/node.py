@@ -139,6 +139,15 @@ class GraphNode:
             node = node.parent
         return path[::-1]
 
+    def path_blocks(self) -> dict[int, OutputBlock]:
+        """Memory of the outputs of the nodes on the path to this one (not copied as inputs),
+        by address."""
+        return {
+            block.address: block
+            for node in self.path_from_root()
+            for block in node.recording.blocks
+        }
+
     def child_nodes(self) -> list[GraphNode]:
         """Every child, each variant included."""
         return [
@@ -177,3 +186,17 @@ class GraphNode:
             nodes.append(node)
             stack.extend(node.child_nodes())
         return nodes
+
+
+def unlink(nodes: list[GraphNode]) -> None:
+    """Break the parent/children cycles of dropped nodes.
+
+    Their graphs are then destroyed now, by reference counting, and never later by Python's
+    cycle collector, which may run in the middle of a capture, where destroying a graph is
+    not permitted and invalidates the capture.
+    """
+    for node in nodes:
+        node.parent = None
+        node.children = {}
+        node.other_variants = {}
+        node.recording.release()

@@ -1,15 +1,20 @@
-"""A ``torch._logging`` structured-trace entry per recorded graph (``TORCH_TRACE``), so that
-tlparse shows our graphs beside Inductor's output of the same compile."""
+"""What is said of recordings outside the messages: a ``torch._logging`` structured-trace entry
+per recorded graph (``TORCH_TRACE``), so that tlparse shows our graphs beside Inductor's output
+of the same compile, and one log line per step that captured."""
 
 from __future__ import annotations
 
 import inspect
 import json
+import logging
 from typing import Any
 
 import torch
 
+from . import messages
 from .node import GraphNode
+
+log = logging.getLogger("inductor_xpugraph")
 
 # tlparse files an artifact under the compile it names, where trace_structured takes one.
 _TRACE_TAKES_COMPILE_ID = (
@@ -36,3 +41,12 @@ def trace_recording(node: GraphNode, device: str, compile_id: Any) -> None:
         ),
         **where,
     )
+
+
+def log_captures(device: str, captures: int, seconds: float, tree: Any) -> None:
+    """One info line for the captures of the generation that ended (as vLLM logs one per
+    capture burst): how many, how long they took, and the pool ``tree`` left."""
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            messages.CAPTURES_OF_A_STEP, device, captures, seconds * 1e3, tree.pool_bytes() / 2**20
+        )

@@ -59,10 +59,17 @@ from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers
 from .invalidation import can_copy_out_of_pool
-from .kept_state import KeptState, is_stale
-from .memory import MemoryStrategy, OwnedOutputs, WarmupOutputs, memory_strategy
-from .node import CallableIdentity, GraphNode
-from .recording import OutputBlock, Recording
+from .kept_state import KeptState
+from .memory import (
+    MemoryStrategy,
+    OwnedOutputs,
+    WarmupOutputs,
+    memory_strategy,
+    reserve_in_new_pool,
+)
+from .node import CallableIdentity, GraphNode, unlink
+from .recording import Recording
+from .trace import log_captures
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -128,19 +135,8 @@ class GraphTree:
         if self._pool is None:
             self._pool = self.backend.new_pool()
             if self.initial_pool_bytes:
-                self._reserve_in_pool(self._pool, self.initial_pool_bytes)
+                reserve_in_new_pool(self.backend, self._pool, self.initial_pool_bytes, self.device)
         return self._pool
-
-    def _reserve_in_pool(self, pool: Any, nbytes: int) -> None:
-        """``initial_pool_allocation_gb``: a reservation the device cannot make, or has no
-        memory for, is said once and the pool grows as graphs are recorded."""
-        try:
-            if self.backend.reserve_in_pool(pool, nbytes):
-                return
-            why = "its allocator cannot place memory in a pool outside a capture"
-        except RuntimeError as error:  # out of memory
-            why = f"reserving {nbytes / 2**30:.2f} GiB failed ({messages.first_line(error)})"
-        stats.warn_once(messages.CANNOT_RESERVE_POOL % (self.device, why))
 
     # -- generations --------------------------------------------------------------------------
 
@@ -216,27 +212,23 @@ class GraphTree:
         them), are kept as state (Note [Outputs kept as state])."""
         self.retire_ended_generation()
         if self.captures_unlogged:
-            self._log_captures()
+            log_captures(self.device, self.captures_unlogged, self.capture_seconds_unlogged, self)
+            self.captures_unlogged, self.capture_seconds_unlogged = 0, 0.0
         self.unretired = ended = self.generation.take_handed_out()
-        kept: list[torch.Tensor] = []
         if args is not None:
             if passed_back:
-                self.unretired.copy_passed_back(args, passed_back)
+                ended.copy_passed_back(args, passed_back)
             if mutated or written_later:
-                kept = ended.keep_mutated([*(args[i] for i in mutated), *written_later])
-        if self.next_memory is not None or self.unretired.may_copy() or self.warmup_outputs:
+                ended.keep_mutated([*(args[i] for i in mutated), *written_later])
+        if self.next_memory is not None or ended.may_copy() or self.warmup_outputs:
             self.retire_ended_generation()
         # Before any graph runs: what warmups left in the pool that is still referenced (memory
         # docstring, "Warmups run in the pool") leaves it, now that retiring dropped the
         # output objects the caller held.
         if self.warmup_outputs:
             self.warmup_outputs.hand_over()
-        # Out of the pool now (unless no copy could be queued here: then it went stale, and
-        # its first use says so), recordings take it where it lies.
-        if ended.written:  # retired by now: ``kept`` makes ``may_copy`` true
-            kept += ended.handed_over_state()
-        for tensor in dict.fromkeys(kept):  # (two positions may hold one tensor)
-            if not is_stale(tensor):
+        if ended.kept_tensors or ended.written:  # out of the pool now: taken where it lies
+            for tensor in ended.kept_state():
                 self.keep_state(tensor)
         if self.next_memory is not None:
             for child in self.root.child_nodes():
@@ -366,19 +358,6 @@ class GraphTree:
         self.current, self.warmup_outputs = self.warmed_up_below, WarmupOutputs()
         return True
 
-    def _log_captures(self) -> None:
-        """One info line for the captures of the generation that ended (as vLLM logs one
-        per capture burst): how many, how long they took, and the pool they left."""
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                messages.CAPTURES_OF_A_STEP,
-                self.device,
-                self.captures_unlogged,
-                self.capture_seconds_unlogged * 1e3,
-                self.pool_bytes() / 2**20,
-            )
-        self.captures_unlogged, self.capture_seconds_unlogged = 0, 0.0
-
     def start_over(self) -> None:
         """The rest of this generation runs un-graphed (its outputs so far stay valid), and
         the next one starts from an empty tree, a fresh pool and a fresh memory strategy.
@@ -465,7 +444,7 @@ class GraphTree:
             self.current = parent
         if self.warmed_up_below in subtree:
             self.warmed_up_below = parent
-        _unlink(subtree)
+        unlink(subtree)
 
     def forget_callable(self, callable_id: int) -> None:
         """Note that a callable no longer exists (its compiled graph was freed, see Note
@@ -494,15 +473,6 @@ class GraphTree:
             else:
                 self.drop_node(node)
 
-    def path_blocks(self) -> dict[int, OutputBlock]:
-        """Memory of the outputs of the nodes on the current path (not copied as inputs),
-        by address."""
-        return {
-            block.address: block
-            for node in self.current.path_from_root()
-            for block in node.recording.blocks
-        }
-
     def reset(self) -> None:
         with self.lock:
             self.retire_handed_out(dropped_by_reset=True)
@@ -511,7 +481,7 @@ class GraphTree:
             self.memory.forget(nodes)
             self.root.children.clear()
             self.root.other_variants.clear()
-            _unlink(nodes)
+            unlink(nodes)
             self._start_empty()
             self._release_dropped_pool()
 
@@ -525,17 +495,3 @@ class GraphTree:
     def pool_bytes(self) -> int:
         """Bytes of graph outputs that the pool keeps allocated."""
         return self.memory.held_bytes(self.nodes())
-
-
-def _unlink(nodes: list[GraphNode]) -> None:
-    """Break the parent/children cycles of dropped nodes.
-
-    Their graphs are then destroyed now, by reference counting, and never later by Python's
-    cycle collector, which may run in the middle of a capture, where destroying a graph is
-    not permitted and invalidates the capture.
-    """
-    for node in nodes:
-        node.parent = None
-        node.children = {}
-        node.other_variants = {}
-        node.recording.release()

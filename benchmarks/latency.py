@@ -21,7 +21,7 @@ variants alternated:
 - ``hand_replay_4th_graph``: the same, in a process that first instantiated three throwaway
   graphs. On the H200 (torch 2.11.0+cu130), from a process's fourth graph instantiation on,
   every graph's kernels idle 0.42-0.45 µs between each other instead of 0.10-0.13 µs
-  (``investigations/graph_count_gaps.py``), whatever the graphs hold. A tree instantiates
+  (docs/latency.md, "The fourth graph of a process"), whatever the graphs hold. A tree instantiates
   more than three (pool keepers, warmup probes, forward and backward), upstream's as well,
   so this is the floor a process with several graphs can reach;
 - ``inductor``: ``torch.compile`` default mode, no graphs;
@@ -170,7 +170,7 @@ def instantiate_throwaway_graphs(count: int) -> None:
 
     ``hand_replay_4th_graph`` makes three before its own capture: from a process's fourth
     graph instantiation on, every graph idles longer between kernels
-    (``investigations/graph_count_gaps.py``).
+    (docs/latency.md, "The fourth graph of a process").
     """
     x = torch.zeros(16, device="cuda")
     stream = torch.cuda.Stream()

@@ -94,6 +94,7 @@ def test_a_bad_device_list_enables_nothing():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("refused:") and "bogus" in lines[0], result.stderr
+    assert "it takes a comma-separated list of xpu, cuda, cpu" in lines[0]
     assert lines[-1] == "True"
 
 

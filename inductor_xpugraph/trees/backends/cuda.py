@@ -12,7 +12,7 @@ into the graph, so the memory must stay reserved for as long as any graph that u
 replay. Upstream's trees call ``torch._C._cuda_clearCublasWorkspaces()`` around warmups and
 captures; that frees *every* thread's and stream's workspaces, including those the caller's
 un-graphed code is using, and on the H100 it gave Inductor's code, with no graph at all,
-wrong gradients (``benchmarks/investigations/dynamic_training_check.py``). We never call
+wrong gradients (docs/memory.md, "cuBLAS workspaces"). We never call
 it. What we do depends on the torch release, found out once per backend
 (``_graph_release_frees_workspaces``):
 

@@ -141,7 +141,7 @@ def record_consuming(tree, callable_id, args, keep_input=False, new_output=None)
         y = new_output(address) if new_output else torch.empty(16)
         return (y, x[:8]) if keep_input else (y,)
 
-    path_blocks = tree.path_blocks()
+    path_blocks = tree.current.path_blocks()
     static_inputs = [StaticInput.of(args, 0)]
     graph, outputs, consumed = tree.capture(graph, args, NO_COPIES)
     recording = Recording(

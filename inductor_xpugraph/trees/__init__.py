@@ -30,7 +30,7 @@ from .debug_checks import graphed_type
 from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
 from .lifetime import PartitionlessRunner
 from .node import Phase
-from .per_thread import all_trees, thread_trees
+from .per_thread import all_trees, thread_trees, written_later
 from .recording_policy import RecordingSettings, mark_warmup_incomplete
 from .source_lines import source_at_load
 
@@ -111,18 +111,19 @@ def keep_state_written_later(
     before anything is retired (Note [Outputs kept as state]): a cache made lazily inside a
     compiled prefill whose decode graph is partitioned (an attention that is not captured on
     the device, say) stays valid from layer to layer. The partition is held weakly: Inductor
-    frees it with the compiled graph while this module stays."""
+    frees it with the compiled graph while this module stays; what it is told is per thread."""
     first = weakref.ref(first_partition)
 
     def call_telling_the_first_partition(args: list[Any]) -> Any:
         partition = first()
         if partition is None:
             return call(args)
-        partition.written_later = [args[i] for i in positions]
+        written_later.first_partition = partition
+        written_later.tensors = [args[i] for i in positions]
         try:
             return call(args)
         finally:
-            partition.written_later = ()
+            written_later.first_partition, written_later.tensors = None, ()
 
     return call_telling_the_first_partition
 

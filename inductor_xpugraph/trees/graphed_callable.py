@@ -48,7 +48,7 @@ from .inputs import InputBuffers, InputNames, StaticInput, input_identity
 from .kept_state import PassedAgain, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
-from .per_thread import thread_trees, tree_for
+from .per_thread import thread_trees, tree_for, written_later
 from .recording import Recording
 from .recording_policy import RecordingPolicy, RecordingSettings
 from .trace import trace_recording
@@ -96,9 +96,6 @@ class GraphedCallable:
         # Written positions that may hold an output of the step before (state to keep:
         # Note [Outputs kept as state]); parameters and buffers never do.
         self._may_be_state = tuple(i for i in self.mutated_inputs if i not in self.static_inputs)
-        # The first partition of a graph: for the call in progress, the graph's inputs that
-        # its later partitions write (``trees.keep_state_written_later``).
-        self.written_later: Sequence[torch.Tensor] = ()
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
         # recording checked them; every other call checks them (``_slow_path``).
@@ -159,7 +156,7 @@ class GraphedCallable:
                     passed_back,
                     self._may_be_state,
                     not self._may_restart_generation,
-                    self.written_later,
+                    written_later.tensors if written_later.first_partition is self else (),
                 )
             size_inputs = self._size_inputs
             key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
@@ -172,7 +169,7 @@ class GraphedCallable:
                     args,
                     self._positions_passed_back(args),
                     self._may_be_state,
-                    self.written_later,
+                    written_later.tensors if written_later.first_partition is self else (),
                 )
             ):
                 node = tree.current.children.get((self.id, key))

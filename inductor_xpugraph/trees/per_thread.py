@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -54,3 +56,15 @@ def all_trees() -> list[GraphTree]:
     """Every live tree, of every thread."""
     with _registry_lock:
         return list(_registry)
+
+
+class WrittenLater(threading.local):
+    """Per thread, while a partitioned graph's ``call`` runs: its first partition, and the
+    inputs its later partitions write (``trees.keep_state_written_later``). Per thread, as
+    two threads may run one compiled graph at once."""
+
+    first_partition: Any = None
+    tensors: Sequence[torch.Tensor] = ()
+
+
+written_later = WrittenLater()

@@ -55,7 +55,7 @@ def _load_api() -> None:
     from .diagnostics.report import report, report_at_exit_if_asked
     from .trees import mark_step_begin, mark_warmup_incomplete, reset
 
-    api = dict(
+    globals().update(
         config=config,
         disable=disable,
         enable=enable,
@@ -66,7 +66,6 @@ def _load_api() -> None:
         reset=reset,
         stats=stats,
     )
-    globals().update(api)
     enable_from_environment()
     report_at_exit_if_asked()
 

@@ -156,7 +156,7 @@ class GraphedCallable:
                     passed_back,
                     self._may_be_state,
                     not self._may_restart_generation,
-                    written_later.tensors if written_later.first_partition is self else (),
+                    written_later.told(self),
                 )
             size_inputs = self._size_inputs
             key = tuple([args[i] for i in size_inputs]) if size_inputs else ()
@@ -169,7 +169,7 @@ class GraphedCallable:
                     args,
                     self._positions_passed_back(args),
                     self._may_be_state,
-                    written_later.tensors if written_later.first_partition is self else (),
+                    written_later.told(self),
                 )
             ):
                 node = tree.current.children.get((self.id, key))
@@ -228,7 +228,7 @@ class GraphedCallable:
         if self.mutated_inputs:
             self._raise_for_stale_state(args)
             self._passed_again = self._mutated_inputs_seen.note(args)
-            tree.generation.note_written(args, self.mutated_inputs)
+            tree.generation.note_written(args, self._may_be_state)
         if self.aligned_inputs:
             misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
             if misaligned:  # before anything runs

@@ -66,5 +66,9 @@ class WrittenLater(threading.local):
     first_partition: Any = None
     tensors: Sequence[torch.Tensor] = ()
 
+    def told(self, partition: Any) -> Sequence[torch.Tensor]:
+        """What ``partition`` is told, if it is the first partition of the call in progress."""
+        return self.tensors if self.first_partition is partition else ()
+
 
 written_later = WrittenLater()

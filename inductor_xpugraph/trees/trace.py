@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,10 +44,10 @@ def trace_recording(node: GraphNode, device: str, compile_id: Any) -> None:
     )
 
 
-def log_captures(device: str, captures: int, seconds: float, tree: Any) -> None:
+def log_captures(device: str, captures: int, seconds: float, pool_bytes: Callable[[], int]) -> None:
     """One info line for the captures of the generation that ended (as vLLM logs one per
-    capture burst): how many, how long they took, and the pool ``tree`` left."""
+    capture burst): how many, how long they took, and the pool they left (``pool_bytes()``,
+    counted only when the line is logged)."""
     if log.isEnabledFor(logging.INFO):
-        log.info(
-            messages.CAPTURES_OF_A_STEP, device, captures, seconds * 1e3, tree.pool_bytes() / 2**20
-        )
+        pool_mib = pool_bytes() / 2**20
+        log.info(messages.CAPTURES_OF_A_STEP, device, captures, seconds * 1e3, pool_mib)

@@ -212,7 +212,9 @@ class GraphTree:
         them), are kept as state (Note [Outputs kept as state])."""
         self.retire_ended_generation()
         if self.captures_unlogged:
-            log_captures(self.device, self.captures_unlogged, self.capture_seconds_unlogged, self)
+            log_captures(
+                self.device, self.captures_unlogged, self.capture_seconds_unlogged, self.pool_bytes
+            )
             self.captures_unlogged, self.capture_seconds_unlogged = 0, 0.0
         self.unretired = ended = self.generation.take_handed_out()
         if args is not None:

@@ -1,39 +1,13 @@
-"""Graphs with collectives inside, on two ranks: a tensor-parallel decode step and DDP training.
+"""Graphs with collectives inside, on two ranks: tensor-parallel decode, DDP and FSDP2
+training (README.md describes the workloads).
 
-    PYTHONPATH=. python3 benchmarks/distributed.py [--device cuda|cpu] [--steps 200] [--runs 3]
-
-runs every variant in its own ``torchrun --nproc-per-node 2`` launch (one process group per
-variant) and prints one table. ``--runs K`` launches each variant K times, the variants
-taking turns; each cell is then the median over the launches, with their range: on the
-2 × H200 the same variant's step time moves by up to 30% between launches.
-One variant by hand:
-
-    PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --child ours
-
-Workloads (random weights, the same on every variant):
-- ``tp_decode``: a decoder of 4 blocks sharded gpt-fast style over the ranks: column-parallel
-  QKV and MLP-up, row-parallel attention-out and MLP-down, each followed by a functional
-  all-reduce; a static KV cache (module buffers) written at the step's position. One call is
-  one token for a batch of 4. *pipelined*: steps issued back to back, time per step over
-  the run; *synchronized*: each step's result read on the host before the next, as a
-  decode loop that checks for a stop token does.
-- ``ddp_train``: ``DDP(torch.compile(model))`` (the reducer all-reduces the gradients the
-  graphed backward produced), an MLP of 4 layers of 1024, AdamW, batch 64 per rank; every
-  step reads the loss on the host. The losses of all steps are compared with eager DDP's.
-- ``fsdp_train``: the same MLP and loop under FSDP2, torchtitan's recipe: ``fully_shard``
-  on each Linear and on the model, each Linear's forward compiled. FSDP gathers the
-  parameters into new memory at every step, so the graphed variants' static inputs move:
-  how each tree copes (re-records, fallbacks, memory) is the comparison.
-
-Variants: ``eager``, ``inductor`` (``torch.compile`` default mode), ``upstream`` (reduce-
-overhead, upstream's CUDA Graph Trees), ``ours`` and ``ours_portable`` (this package with
-allocator checkpointing, and with owned outputs). *peak MiB*: rank 0's peak allocated memory
-above what was allocated before the workload was built. Every launch starts from an empty
-Inductor cache, so every variant compiles (and autotunes) the same way. *graphs*: rank 0's
-recordings and replays, for ours and for upstream's trees (counted where they create and
-run a node), and our fallbacks. On the CPU (gloo) the
-variants run Inductor's CPU code and ours the emulator: a check that everything runs, not a
-timing.
+Every variant gets its own ``torchrun --nproc-per-node 2`` launch with an empty Inductor cache,
+``--runs`` launches each, the variants taking turns; a cell is the median over the launches,
+with their range (on two H200s the same variant's step time moves by up to 30% between
+launches). Rank 0 reports step times, the first call, peak allocated memory above the
+workload's start, the result or the losses against eager's, and the graph counts. On the CPU
+(gloo) a run only checks that everything works. One variant by hand:
+``PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --child ours``.
 """
 
 from __future__ import annotations
@@ -53,26 +27,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-VARIANTS = ("eager", "inductor", "upstream", "ours", "ours_portable")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import measure  # noqa: E402
+import workloads  # noqa: E402
+from measure import VARIANTS, Variant  # noqa: E402
 
-
-# -- the variant -------------------------------------------------------------------------------
-
-
-def select(variant: str, device_type: str) -> None:
-    import inductor_xpugraph
-
-    if variant.startswith("ours"):
-        inductor_xpugraph.enable(device_type)
-        inductor_xpugraph.config.allocator_checkpointing = variant == "ours"
-    else:
-        inductor_xpugraph.disable(device_type)
-
-
-def compile_for(variant: str, fn):
-    if variant == "eager":
-        return fn
-    return torch.compile(fn, mode=None if variant == "inductor" else "reduce-overhead")
+# -- the device ------------------------------------------------------------------------------
 
 
 def sync(device: torch.device) -> None:
@@ -140,11 +100,11 @@ class ShardedDecoder(torch.nn.Module):
 
 
 @torch.no_grad()
-def tp_decode(variant: str, device: torch.device, steps: int) -> dict:
+def tp_decode(variant: Variant, device: torch.device, steps: int) -> dict:
     torch.manual_seed(dist.get_rank())  # each rank its own shard
     before = allocated(device)
     model = ShardedDecoder(dist.get_world_size()).to(device)
-    step = compile_for(variant, model)
+    step = variant.compile(model)
     torch.manual_seed(0)  # the same activations on every rank
     x = torch.randn(4, 1, 512, device=device)
     positions = [torch.tensor([i % model.max_seq], device=device) for i in range(steps)]
@@ -177,14 +137,6 @@ def tp_decode(variant: str, device: torch.device, steps: int) -> dict:
 # -- data-parallel training --------------------------------------------------------------------
 
 
-def mlp(device: torch.device) -> torch.nn.Sequential:
-    """The training workloads' model: 4 layers of 1024, GELU between."""
-    layers = []
-    for _ in range(4):
-        layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
-    return torch.nn.Sequential(*layers).to(device)
-
-
 def train(step_model, model, device: torch.device, steps: int, before: int) -> dict:
     """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), batch
     64 per rank, each step's loss read on the host; the median step after the first three."""
@@ -209,19 +161,17 @@ def train(step_model, model, device: torch.device, steps: int, before: int) -> d
     }
 
 
-def ddp_train(variant: str, device: torch.device, steps: int) -> dict:
+def ddp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
     before = allocated(device)
-    model = mlp(device)
-    ddp = DDP(
-        compile_for(variant, model), device_ids=[device.index] if device.type == "cuda" else None
-    )
+    model = workloads.mlp(device.type if device.type == "cpu" else device)
+    ddp = DDP(variant.compile(model), device_ids=[device.index] if device.type == "cuda" else None)
     return train(ddp, model, device, steps, before)
 
 
-def fsdp_train(variant: str, device: torch.device, steps: int) -> dict:
+def fsdp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     """FSDP2 as torchtitan uses it with torch.compile: each layer sharded with
     ``fully_shard`` and each layer's forward compiled. FSDP gathers a layer's parameters
     into new memory at every step, so graphed variants see static inputs that move."""
@@ -229,11 +179,11 @@ def fsdp_train(variant: str, device: torch.device, steps: int) -> dict:
 
     torch.manual_seed(0)
     before = allocated(device)
-    model = mlp(device)
+    model = workloads.mlp(device.type if device.type == "cpu" else device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
-            layer.forward = compile_for(variant, layer.forward)
+            layer.forward = variant.compile(layer.forward)
     fully_shard(model)
     return train(model, model, device, steps, before)
 
@@ -244,24 +194,7 @@ WORKLOADS = {"tp_decode": tp_decode, "ddp_train": ddp_train, "fsdp_train": fsdp_
 # -- one variant under torchrun ----------------------------------------------------------------
 
 
-def count_upstream_graphs() -> collections.Counter:
-    """Count upstream's recordings and replays where its trees make a node and run one."""
-    from torch._inductor import cudagraph_trees
-
-    counts: collections.Counter = collections.Counter()
-    node = cudagraph_trees.CUDAGraphNode
-    for method, key in (("__init__", "records"), ("run", "replays")):
-        original = getattr(node, method)
-
-        def counted(*args, _original=original, _key=key, **kwargs):
-            counts[_key] += 1
-            return _original(*args, **kwargs)
-
-        setattr(node, method, counted)
-    return counts
-
-
-def child(variant: str, device_type: str, workloads: list[str], steps: int) -> None:
+def child(variant_name: str, device_type: str, workloads_run: list[str], steps: int) -> None:
     rank = int(os.environ["RANK"])
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -271,25 +204,23 @@ def child(variant: str, device_type: str, workloads: list[str], steps: int) -> N
         if device_type == "cuda"
         else torch.device("cpu")
     )
-    select(variant, device_type)
-    upstream_counts = count_upstream_graphs() if variant == "upstream" else None
-    results = {}
-    for workload in workloads:
+    variant = Variant(variant_name, device_type).select()
+    results: dict[str, dict] = {}
+    counted: dict[str, int] = {}
+    for workload in workloads_run:
         torch._dynamo.reset()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         results[workload] = WORKLOADS[workload](variant, device, steps)
-        if variant.startswith("ours"):
+        if variant.ours:
             import inductor_xpugraph
 
-            stats = inductor_xpugraph.stats()
-            graphs = {k: stats[k] for k in ("records", "replays", "fallbacks")}
-            results[workload]["graphs"] = {**graphs, "skips": list(stats["skip_reasons"])}
-            inductor_xpugraph.reset()
-        if upstream_counts is not None:
-            graphs = {"records": 0, "replays": 0, **upstream_counts}
-            results[workload]["graphs"] = {**graphs, "fallbacks": "-", "skips": []}
-            upstream_counts.clear()
+            results[workload]["skips"] = list(inductor_xpugraph.stats()["skip_reasons"])
+        graphs = variant.counters()
+        if graphs is not None:  # this workload's: the counts since the one before
+            results[workload]["graphs"] = {k: v - counted.get(k, 0) for k, v in graphs.items()}
+            counted = graphs
+        variant.reset_graphs()
     dist.barrier()
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
@@ -316,11 +247,10 @@ def main() -> None:
     if args.child:
         child(args.child, args.device, args.workloads, args.steps)
         return
-    describe = f"torch {torch.__version__}"
+    title = f"Distributed, two ranks, {args.steps} steps per workload, {args.runs} launch(es)"
     if args.device == "cuda":
-        nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        describe = f"{torch.cuda.get_device_name()} x2, {describe}, NCCL {nccl}"
-    print(f"{describe}, {args.steps} steps per workload, {args.runs} launch(es) per variant")
+        title += f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+    print(measure.header(title, args.device))
     runs: dict[str, list[dict]] = collections.defaultdict(list)
     for _ in range(args.runs):  # variants alternate, so a slow spell of the host hits them all
         for variant in args.variants:
@@ -373,14 +303,14 @@ def report(runs: dict[str, list[dict]], workloads: list[str]) -> None:
         print("|---" * (columns.count("|") + 3) + "|")
         for variant, launches in runs.items():
             results = [launch[workload] for launch in launches]
-            graphs = results[0].get("graphs")
+            graphs, skips = results[0].get("graphs"), results[0].get("skips")
             counts = (
-                f"{graphs['records']} / {graphs['replays']} / {graphs['fallbacks']}"
+                f"{graphs['records']} / {graphs['replays']} / {graphs.get('fallbacks', '-')}"
                 if graphs
                 else ""
             )
-            if graphs and graphs["skips"]:
-                counts += f" (skipped: {'; '.join(graphs['skips'])[:200]})"
+            if skips:
+                counts += f" (skipped: {'; '.join(skips)[:200]})"
             first = spread([r["first s"] for r in results], 1)
             peak = spread([r["peak MiB"] for r in results], 1)
             if workload == "tp_decode":

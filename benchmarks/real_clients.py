@@ -1,146 +1,176 @@
-"""Real clients, the way users run them: Hugging Face ``generate``, a process that swaps models,
-AdamW training loops, torchvision ResNet-18 and a BERT encoder. Random weights, no downloads.
+"""Programs as users run them: generation, training, inference, a process that swaps models
+(README.md describes each client).
 
-Run on the GPU machine from the repository root (``--clients`` picks some; default all):
-
-    PYTHONPATH=. python3 benchmarks/real_clients.py [--clients generate_b1 bert_b1] [--out r.json]
-
-Each (client, variant) runs in a fresh process with an empty Inductor cache of its own, so a
-variant's first calls, peak memory and failures are its own: every row compiles and
-autotunes as a first run does. (With one cache shared, the first row to compile a kernel
-autotuned it and the later rows found it cached: on the H100 the autotuner's 50 MiB L2-flush
-buffer then landed in the first row's peak only.)
-
-Variants: ``eager``; ``inductor`` (default mode, no graphs);
-``upstream`` (``mode="reduce-overhead"``, Inductor's CUDA Graph Trees); ``ours`` (the same
-mode with this package enabled for the device: allocator checkpointing, the cuda default)
-and ``ours_portable`` (ours with owned outputs: the strategy xpu uses). With ``--device cpu``
-the emulator runs ``ours`` beside eager and Inductor (no timings worth reporting; a check
-that the clients run).
-
-Every call is synchronized, as a caller that uses each result is. Reported per row:
-- ``steady``: per-call time over the last 10 calls (generate: tokens/s over the last 10);
-- ``1st`` / ``2nd``: the first two calls (compile + warmup, then record + first replay);
-- ``peak``: peak allocated memory above what was allocated before the client was built
-  (cuBLAS workspaces cleared first);
-- ``result``: a fingerprint of the client's result (generated tokens, final loss, an output
-  checksum), which should agree with Inductor's: the graphs compute what the kernels compute;
-- ``graphs``: our counters (records, replays, re-records, fallbacks, handovers, skips), or
-  upstream's ``cudagraph_skips``.
+Each (client, variant) runs in a fresh process with an empty Inductor cache of its own, so
+every row compiles and autotunes as a first run does. A client is built for its variant and
+called, each call synchronized: a call is one request or one training step, and returns its
+result as text (tokens, a loss, the largest difference from eager), which should match
+Inductor's row. A row holds the steady time (the median of the last 10 calls; tokens/s for
+generation), the first two calls, peak allocated and reserved memory and what is still
+allocated after the last call (above the client's start), the records made during the steady
+calls, and the graph counters. Random weights; smaller models on the CPU emulator, where a
+run only checks that the script works.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-VARIANTS = ("eager", "inductor", "upstream", "ours", "ours_portable")
-STEADY_CALLS = 10  # the steady-state figure is taken over the last this-many calls
-OUR_COUNTERS = ("records", "replays", "rerecords", "fallbacks", "handovers", "skips")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import measure  # noqa: E402
+import workloads  # noqa: E402
+
+STEADY_CALLS = 10
+MICRO_BATCHES = 4
 
 
-@dataclass
-class Variant:
-    name: str
-    device: str
-    # Our counters as they stood at each reset_graphs() (which zeroes them), summed.
-    counters_before_resets: Counter = field(default_factory=Counter)
+def generate(way: str) -> Callable[[measure.Variant, int], Callable[[], str]]:
+    def build(variant: measure.Variant, batch: int) -> Callable[[], str]:
+        from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, StaticCache
 
-    @property
-    def graphs(self) -> bool:
-        return self.name not in ("eager", "inductor")
-
-    def select(self) -> None:
-        """Switch this package on or off for the device (one variant per process)."""
-        import inductor_xpugraph
-
-        if self.name.startswith("ours"):
-            inductor_xpugraph.enable(self.device)
-            inductor_xpugraph.config.allocator_checkpointing = self.name == "ours"
-        else:
-            inductor_xpugraph.disable(self.device)
-
-    def compile(self, fn: Callable) -> Callable:
-        if self.name == "eager":
-            return fn
-        return torch.compile(fn, mode="reduce-overhead" if self.graphs else None)
-
-    def reset_graphs(self) -> None:
-        """What a user of this variant calls to drop every graph (no-op without graphs)."""
-        import inductor_xpugraph
-
-        if self.name.startswith("ours"):
-            counters = inductor_xpugraph.stats()
-            self.counters_before_resets.update({k: counters[k] for k in OUR_COUNTERS})
-            inductor_xpugraph.reset()
-        elif self.name == "upstream":
-            from torch._inductor import cudagraph_trees
-
-            cudagraph_trees.reset_cudagraph_trees()
-
-
-# -- clients: each runs its calls and returns (per-call seconds, result fingerprint, extra) ---
-
-
-def generate(variant: Variant, batch: int, calls: int) -> tuple[list[float], Any, dict]:
-    """``model.generate`` with a static KV cache, results kept by the caller.
-
-    Transformers compiles the decode step itself (``generation_config.compile_config``,
-    ``mode="reduce-overhead"``) when the cache is static; a new cache is allocated per call.
-    """
-    from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
-
-    device = variant.device
-    big = device == "cuda"
-    config = LlamaConfig(
-        vocab_size=32000, hidden_size=512 if big else 128, intermediate_size=1376 if big else 256,
-        num_hidden_layers=8 if big else 2, num_attention_heads=8, num_key_value_heads=8,
-        max_position_embeddings=512, pad_token_id=0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(device, torch.bfloat16 if big else torch.float32).eval()
-    prompt = torch.randint(1, 32000, (batch, 16), device=device)
-    new_tokens = 128 if big else 8
-    compile_config = CompileConfig(mode="reduce-overhead" if variant.graphs else "default")
-    compile_config._compile_all_devices = True  # the CPU emulator too
-    options: dict[str, Any] = {"disable_compile": True} if variant.name == "eager" else {}
-    kept, times = [], []
-    for _ in range(calls):
-        start = time.perf_counter()
-        out = model.generate(
-            prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-            cache_implementation="static", compile_config=compile_config, **options,
+        device, big = variant.device, variant.device != "cpu"
+        config = LlamaConfig(
+            vocab_size=32000, hidden_size=512 if big else 128,
+            intermediate_size=1376 if big else 256, num_hidden_layers=8 if big else 2,
+            num_attention_heads=8, num_key_value_heads=8,
+            max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2,
         )  # fmt: skip
-        _sync(device)
-        times.append(time.perf_counter() - start)
-        kept.append(out)  # as every real caller does
-    tokens = kept[-1][:, prompt.shape[1] :]
-    return times, _digest(tokens), {"tokens_per_call": batch * new_tokens}
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config).to(device, torch.bfloat16 if big else torch.float32)
+        model.eval()
+        new_tokens = 128 if big else 8
+        seeds = (torch.Generator().manual_seed(seed) for seed in (1, 2))
+        prompts = [torch.randint(3, 32000, (batch, 16), generator=g).to(device) for g in seeds]
+        options: dict[str, Any] = dict(
+            max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+        )
+        cache = None
+        if way == "hf":
+            compile_config = CompileConfig(mode="reduce-overhead" if variant.graphs else "default")
+            compile_config._compile_all_devices = True  # the CPU emulator too
+            options.update(cache_implementation="static", compile_config=compile_config)
+            options.update({"disable_compile": True} if variant.name == "eager" else {})
+        else:
+            model.forward = variant.compile(model.forward)
+            cache = StaticCache(config=config, max_cache_len=16 + new_tokens)
+            if way == "early":
+                cache.early_initialization(
+                    batch_size=batch, num_heads=config.num_key_value_heads,
+                    head_dim=config.hidden_size // config.num_attention_heads,
+                    dtype=model.dtype, device=model.device,
+                )  # fmt: skip
+            options["past_key_values"] = cache
+        kept: list[torch.Tensor] = []
+
+        def call() -> str:
+            if cache is not None:
+                cache.reset()
+            kept.append(model.generate(prompts[len(kept) % 2], **options))
+            tokens = tuple(kept[-1][:, 16:].flatten().tolist())
+            return f"tokens #{hash(tokens) % 10**8:08d}"
+
+        call.tokens_per_call = batch * new_tokens  # type: ignore[attr-defined]
+        return call
+
+    return build
 
 
-def several_models(variant: Variant, batch: int, calls: int) -> tuple[list[float], Any, dict]:
-    """One process, one model after another, the ways notebooks, test runners and servers
-    swap them: ``del`` + ``torch._dynamo.reset()``, the variant's own reset, new weights
-    loaded in place (``load_state_dict``), a new instance of a class already compiled.
+def adamw(compiled_step: bool) -> Callable[[measure.Variant, int], Callable[[], str]]:
+    def build(variant: measure.Variant, batch: int) -> Callable[[], str]:
+        device = variant.device
+        model = workloads.gpt2_lm(device)
+        compiled = variant.compile(model)
+        lr = torch.tensor(1e-3) if compiled_step else 1e-3
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        opt_step = variant.compile(opt.step) if compiled_step else opt.step
+        data = torch.Generator(device=device).manual_seed(1)
 
-    Each stage's output is compared with the same module run eagerly; the result is the
-    largest difference over all stages. A per-call time is the whole sequence's.
-    """
+        def call() -> str:
+            ids = torch.randint(0, 5000, (batch, 128), device=device, generator=data)
+            loss = workloads.next_token_loss(compiled(ids).logits, ids)
+            loss.backward()
+            opt_step()
+            opt.zero_grad(set_to_none=True)
+            return f"loss {loss.item():.4f}"  # what a training loop logs
+
+        return call
+
+    return build
+
+
+def grad_accumulation(
+    variant: measure.Variant, batch: int, checked_calls: int
+) -> Callable[[], str]:
     device = variant.device
-    worst = 0.0
+    model = workloads.gpt2_lm(device)
+    reference = copy.deepcopy(model)
+    compiled = variant.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    reference_opt = torch.optim.SGD(reference.parameters(), lr=1e-3)
+    data = torch.Generator(device=device).manual_seed(1)
+    state = {"calls": 0, "worst": 0.0}
+
+    def accumulate(module, batches) -> None:
+        for ids in batches:
+            workloads.next_token_loss(module(ids).logits, ids).backward()
+
+    def call() -> str:
+        batches = [
+            torch.randint(0, 5000, (batch, 128), device=device, generator=data)
+            for _ in range(MICRO_BATCHES)
+        ]
+        accumulate(compiled, batches)
+        if state["calls"] < checked_calls:
+            accumulate(reference, batches)
+            pairs = zip(model.parameters(), reference.parameters())
+            worst = max((p.grad - q.grad).abs().max().item() for p, q in pairs)
+            state["worst"] = max(state["worst"], worst)
+            reference_opt.step()
+            reference_opt.zero_grad(set_to_none=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["calls"] += 1
+        return f"max grad diff from eager {state['worst']:.1e}"
+
+    return call
+
+
+def train_two_shapes(variant: measure.Variant, batch: int) -> Callable[[], str]:
+    device = variant.device
+    model = workloads.mlp(device)
+    compiled = variant.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rows = [batch, batch * 3 // 4]
+    calls = iter(range(10**9))
+
+    def call() -> str:
+        x = torch.randn(rows[next(calls) % 2], 1024, device=device)
+        loss = compiled(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return f"loss {loss.item():.4f}"
+
+    return call
+
+
+def several_models(variant: measure.Variant, batch: int) -> Callable[[], str]:
+    """One call: a sequence of models, each stage's output compared with the module run
+    eagerly; the result is the largest difference over every call so far."""
+    device = variant.device
+    worst = [0.0]
 
     def mlp():
         return torch.nn.Sequential(
@@ -153,24 +183,25 @@ def several_models(variant: Variant, batch: int, calls: int) -> tuple[list[float
             torch.nn.Linear(16 * 16 * 16, 10),
         ).to(device)  # fmt: skip
 
-    def stage(module, compiled, make_input, n=5) -> None:
-        nonlocal worst
+    def stage(module, compiled, make_input) -> None:
         with torch.no_grad():
-            for _ in range(n):
+            for _ in range(5):
                 x = make_input()
-                got, want = compiled(x), module(x)
-                worst = max(worst, (got.float() - want.float()).abs().max().item())
+                diff = (compiled(x).float() - module(x).float()).abs().max().item()
+                worst[0] = max(worst[0], diff)
 
-    vectors = lambda: torch.randn(batch, 256, device=device)  # noqa: E731
-    images = lambda: torch.randn(batch, 3, 16, 16, device=device)  # noqa: E731
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
+    def vectors():
+        return torch.randn(batch, 256, device=device)
+
+    def images():
+        return torch.randn(batch, 3, 16, 16, device=device)
+
+    def call() -> str:
         torch.manual_seed(0)
         first = mlp()
         stage(first, variant.compile(first), vectors)
         del first
-        torch._dynamo.reset()
+        torch._dynamo.reset()  # what notebooks and test runners do
         gc.collect()
         second = convnet()
         stage(second, variant.compile(second), images)
@@ -189,168 +220,121 @@ def several_models(variant: Variant, batch: int, calls: int) -> tuple[list[float
         torch._dynamo.reset()
         variant.reset_graphs()
         gc.collect()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return times, f"max |compiled - eager| {worst:.1e}", {}
+        return f"max diff from eager {worst[0]:.1e}"
+
+    return call
 
 
-def adamw(variant: Variant, batch: int, calls: int, *, compiled_step: bool = False):
-    """A GPT-2 training loop with AdamW; with ``compiled_step`` the optimizer step is compiled
-    too, as the PyTorch tutorials show. The result is the last step's loss."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    device = variant.device
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=4, n_head=4, n_embd=256, vocab_size=5000, n_positions=128,
-        attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0,
-    )  # fmt: skip
-    model = GPT2LMHeadModel(config).to(device)
-    compiled = variant.compile(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-3) if compiled_step else 1e-3)
-    opt_step = variant.compile(opt.step) if compiled_step else opt.step
-    data = torch.Generator(device=device).manual_seed(1)
-    times, loss_value = [], float("nan")
-    for _ in range(calls):
-        ids = torch.randint(0, 5000, (batch, 128), device=device, generator=data)
-        start = time.perf_counter()
-        logits = compiled(ids).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1)
-        )
-        loss.backward()
-        opt_step()
-        opt.zero_grad(set_to_none=True)
-        loss_value = loss.item()  # what a training loop logs; synchronizes
-        times.append(time.perf_counter() - start)
-    return times, f"loss {loss_value:.4f}", {}
-
-
-def resnet18(variant: Variant, batch: int, calls: int):
+def resnet18(variant: measure.Variant, batch: int) -> Callable[[], str]:
     import torchvision
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).to(variant.device).eval()
-    x = torch.randn(batch, 3, 224, 224, device=variant.device)
-    return _inference(variant, model, (x,), calls)
+    return inference(variant, model, torch.randn(batch, 3, 224, 224, device=variant.device))
 
 
-def bert(variant: Variant, batch: int, calls: int):
+def bert(variant: measure.Variant, batch: int) -> Callable[[], str]:
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    big = variant.device == "cuda"
+    big = variant.device != "cpu"
     config = BertConfig(
         hidden_size=768 if big else 128, num_hidden_layers=12 if big else 2,
         num_attention_heads=12 if big else 4, intermediate_size=3072 if big else 256,
     )  # fmt: skip
     model = BertModel(config).to(variant.device).eval()
     ids = torch.randint(0, config.vocab_size, (batch, 128), device=variant.device)
-    return _inference(variant, lambda ids: model(ids).last_hidden_state, (ids,), calls)
+    return inference(variant, workloads.first_output(model), ids)
 
 
-def _inference(variant: Variant, model, inputs, calls):
+def inference(variant: measure.Variant, model, x: torch.Tensor) -> Callable[[], str]:
     compiled = variant.compile(model)
-    times, checksum = [], 0.0
-    with torch.no_grad():
-        for _ in range(calls):
-            start = time.perf_counter()
-            out = compiled(*inputs)
-            checksum = out.float().abs().mean().item()  # the caller uses the result
-            times.append(time.perf_counter() - start)
-    return times, f"mean |out| {checksum:.5f}", {}
+
+    def call() -> str:
+        with torch.no_grad():
+            return f"mean |out| {compiled(x).float().abs().mean().item():.5f}"  # the caller uses it
+
+    return call
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+@dataclass(frozen=True)
+class Client:
+    build: Callable[[measure.Variant, int], Callable[[], str]]
+    batch: int
+    calls: int
+    ungraphed_calls: int | None = None  # eager and Inductor, where they are slow
 
 
-def _digest(tokens: torch.Tensor) -> str:
-    values = tokens.flatten().tolist()
-    return f"tokens #{hash(tuple(values)) % 10**8:08d}"
-
-
-# (client, batch, calls on cuda): the calls of eager and Inductor are capped at
-# UNGRAPHED_CALLS where a client is slow without graphs (only the last 10 are reported).
-CLIENTS: dict[str, tuple[Callable, int, int]] = {
-    "generate_b1": (generate, 1, 100),
-    "generate_b4": (generate, 4, 100),
-    "several_models": (several_models, 8, 3),
-    "adamw": (adamw, 8, 40),
-    "adamw_compiled_step": (lambda v, b, n: adamw(v, b, n, compiled_step=True), 8, 40),
-    "resnet18_b8": (resnet18, 8, 60),
-    "resnet18_b64": (resnet18, 64, 60),
-    "bert_b1": (bert, 1, 60),
-    "bert_b16": (bert, 16, 60),
+CLIENTS: dict[str, Client] = {
+    "generate_lazy": Client(generate("lazy"), 1, 20, 12),
+    "generate_early": Client(generate("early"), 1, 20, 12),
+    "generate_hf": Client(generate("hf"), 1, 100, 12),
+    "generate_hf_b4": Client(generate("hf"), 4, 100, 12),
+    "adamw": Client(adamw(compiled_step=False), 8, 40),
+    "adamw_compiled_step": Client(adamw(compiled_step=True), 8, 40),
+    "grad_accumulation": Client(lambda v, b: grad_accumulation(v, b, 20), 8, 20 + STEADY_CALLS),
+    "train_two_shapes": Client(train_two_shapes, 64, 40),
+    "several_models": Client(several_models, 8, 3),
+    "resnet18_b8": Client(resnet18, 8, 60),
+    "resnet18_b64": Client(resnet18, 64, 60),
+    "bert_b1": Client(bert, 1, 60),
+    "bert_b16": Client(bert, 16, 60),
 }
-UNGRAPHED_CALLS = {"generate_b1": 12, "generate_b4": 12}
 
 
-def run_one(client: str, variant_name: str, device: str, calls: int | None) -> dict:
-    """One (client, variant) in this process; returns its row."""
-    import inductor_xpugraph
-
-    variant = Variant(variant_name, device)
-    variant.select()
-    fn, batch, default_calls = CLIENTS[client]
+def run_one(client_name: str, variant_name: str, device: str, calls: int | None) -> dict:
+    """One (client, variant) in this process: its row."""
+    variant = measure.Variant(variant_name, device).select()
+    client = CLIENTS[client_name]
     if calls is None:
-        calls = default_calls if variant.graphs else UNGRAPHED_CALLS.get(client, default_calls)
-    if device == "cuda":
-        torch._C._cuda_clearCublasWorkspaces()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times, fingerprint, extra = fn(variant, batch, calls)
-    row: dict[str, Any] = {"client": client, "variant": variant_name, "calls": calls}
-    row["result"] = fingerprint
-    row["first_ms"], row["second_ms"] = times[0] * 1e3, times[1] * 1e3
-    steady = times[-STEADY_CALLS:]
+        calls = client.calls if variant.graphs else client.ungraphed_calls or client.calls
+    memory = measure.DeviceMemory(device).start()
+    call = client.build(variant, client.batch)
+    times, result, steady_from = [], "", max(2, calls - STEADY_CALLS)
+    for i in range(calls):
+        if i == steady_from:
+            records_before = (variant.counters() or {}).get("records")
+        start = time.perf_counter()
+        result = call()
+        measure.synchronize(device)
+        times.append(time.perf_counter() - start)
+    steady = times[steady_from:]
+    row: dict[str, Any] = {"client": client_name, "variant": variant_name, "calls": calls}
+    row.update(result=result, first_ms=times[0] * 1e3, second_ms=times[1] * 1e3)
     row["steady_ms"] = statistics.median(steady) * 1e3
-    if "tokens_per_call" in extra:
-        row["tokens_per_s"] = extra["tokens_per_call"] * len(steady) / sum(steady)
-    if device == "cuda":
-        row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
-    if variant.name.startswith("ours"):
-        counters = inductor_xpugraph.stats()
-        total = variant.counters_before_resets + Counter({k: counters[k] for k in OUR_COUNTERS})
-        row["graphs"] = {k: total[k] for k in OUR_COUNTERS}
-        row["skip_reasons"] = counters["skip_reasons"]
-    elif variant.name == "upstream":
-        row["graphs"] = dict(torch._dynamo.utils.counters["inductor"]).get("cudagraph_skips", 0)
+    if hasattr(call, "tokens_per_call"):
+        row["tokens_per_s"] = call.tokens_per_call * len(steady) / sum(steady)
+    row.update(memory.mib())
+    row["graphs"] = variant.counters()
+    if row["graphs"] is not None:
+        row["steady_records"] = row["graphs"]["records"] - records_before
+    if variant.ours:
+        import inductor_xpugraph
+
+        row["skip_reasons"] = inductor_xpugraph.stats()["skip_reasons"]
     return row
 
 
-def run_in_fresh_process(client: str, variant: str, device: str, calls: int | None) -> dict:
-    command = [sys.executable, __file__, "--child", client, variant, "--device", device]
-    if calls is not None:
-        command += ["--calls", str(calls)]
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        result = subprocess.run(command, capture_output=True, text=True, env=env)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"client": client, "variant": variant, "error": tail[:300]}
-    return json.loads(lines[-1])
-
-
 def report(rows: list[dict], device: str) -> None:
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (emulator)"
-    print(f"## Real clients — {name}, torch {torch.__version__}")
-    print("| client | variant | steady | 1st s | 2nd ms | peak MiB | result | graphs |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(measure.header("Real clients", device))
+    print("| client | variant | steady | 1st s | 2nd ms | peak / reserved MiB | after MiB "
+          "| result | steady records | graphs |")  # fmt: skip
+    print("|---" * 10 + "|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['client']} | {row['variant']} | error: {row['error']} |||||")
+            print(f"| {row['client']} | {row['variant']} | error: {row['error']} |" + " |" * 7)
             continue
         steady = (
             f"{row['tokens_per_s']:.0f} tok/s"
             if "tokens_per_s" in row
             else f"{row['steady_ms']:.2f} ms"
         )
-        peak = f"{row['peak_mib']:.0f}" if "peak_mib" in row else "-"
+        memory = (
+            f"{row['peak_mib']:.0f} / {row['peak_reserved_mib']:.0f}" if "peak_mib" in row else "-"
+        )
         cells = [row["client"], row["variant"], steady, f"{row['first_ms'] / 1e3:.1f}"]
-        cells += [f"{row['second_ms']:.0f}", peak, row["result"], str(row.get("graphs", "-"))]
+        cells += [f"{row['second_ms']:.0f}", memory, str(row.get("after_mib", "-")), row["result"]]
+        cells += [str(row.get("steady_records", "-")), str(row.get("graphs") or "-")]
         print("| " + " | ".join(cells) + " |")
     for client in dict.fromkeys(row["client"] for row in rows):
         by_variant = {r["variant"]: r for r in rows if r["client"] == client and "error" not in r}
@@ -359,34 +343,35 @@ def report(rows: list[dict], device: str) -> None:
             if upstream and ours in by_variant:
                 mine = by_variant[ours]
                 speed = upstream["steady_ms"] / mine["steady_ms"]
-                memory = mine["peak_mib"] / max(upstream["peak_mib"], 1e-9)
+                memory = mine.get("peak_mib", 0) / max(upstream.get("peak_mib", 0), 1e-9)
                 print(
                     f"{client}: {ours} vs upstream: {speed:.2f}x speed, {memory:.2f}x peak memory"
                 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=list(CLIENTS))
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--variants", nargs="*", default=list(measure.VARIANTS), choices=measure.VARIANTS
+    )
+    parser.add_argument("--device", default=measure.default_device())
     parser.add_argument("--calls", type=int, default=None, help="override every client's")
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", nargs=2, metavar=("CLIENT", "VARIANT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_one(*args.child, args.device, args.calls)))
         return
-    on_cpu = ("eager", "inductor", "ours")  # upstream's trees need cuda
-    variants = [v for v in args.variants if args.device == "cuda" or v in on_cpu]
+    variants = [v for v in args.variants if args.device == "cuda" or v != "upstream"]
     rows = []
     for client in args.clients:
         for variant in variants:
-            rows.append(run_in_fresh_process(client, variant, args.device, args.calls))
+            argv = [os.path.abspath(__file__), "--child", client, variant, "--device", args.device]
+            argv += ["--calls", str(args.calls)] if args.calls else []
+            rows.append({"client": client, "variant": variant, **measure.in_fresh_process(argv)})
             print(json.dumps(rows[-1]), flush=True)
-            if args.out:  # after every row: a run cut short keeps what it measured
-                with open(args.out, "w") as f:
-                    json.dump(rows, f, indent=2)
+            measure.write_json(args.out, rows)
     report(rows, args.device)
 
 

@@ -1,18 +1,14 @@
-"""Soak: does a long-running process stay flat? 100,000 replays of a small graph, then 5,000
-training steps (an MLP, AdamW), sampling host memory, Python objects and device memory.
+"""Soak: does a long-running process stay flat? Each variant in a fresh process, three phases:
+``replays`` of a small graph, ``training`` steps of an MLP with AdamW, and ``churn``, rounds
+of a process that swaps models (each builds and compiles a new MLP, trains and infers 5 times,
+then deletes it and calls ``torch._dynamo.reset()`` and ``gc.collect()``, and no tree reset).
 
-Run from the repository root (each variant in a fresh process; cuda if present, else the CPU
-emulator, where only ``ours`` runs):
-
-    PYTHONPATH=. python3 benchmarks/soak.py [--replays 100000] [--steps 5000] [--out s.json]
-
-The caller keeps only its latest result (``out = f(x)``), as loops do. Samples are taken every
-tenth of each phase, after a synchronize and ``gc.collect()``. Reported per phase: the
-growth per 10,000 calls between the first and the last sample (the first sample is taken
-after warmup and record, so what is built once is not counted), and over the second half
-alone (what is left once allocators' arenas have settled: a leak grows there too), of
-resident host memory (RSS), ``len(gc.get_objects())``, device memory allocated (cuda) and our
-graph pool bytes.
+The caller keeps only its latest result, as loops do. Samples (after a synchronize and
+``gc.collect()``: resident host memory, Python objects, device memory allocated and reserved,
+our pool) are taken every tenth of a phase, or every round of churn. Reported: the growth per
+10,000 calls (per round) from the first sample, taken after warmup and record (after round 3),
+to the last, and over the second half alone, once the allocators' arenas have settled: a leak
+grows there too.
 """
 
 from __future__ import annotations
@@ -21,83 +17,107 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import measure  # noqa: E402
+import workloads  # noqa: E402
+
 VARIANTS = ("upstream", "ours", "ours_portable")
+PHASES = ("replays", "training", "churn")
 SAMPLES = 10
+CHURN_SETTLE_ROUNDS = 3
 
 
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def sample(device: str) -> dict:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    gc.collect()
+def sample(device: str) -> dict[str, float]:
     import inductor_xpugraph
 
+    measure.synchronize(device)
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    module = None if device == "cpu" else torch.get_device_module(device)
     return {
-        "rss_mib": rss_mib(),
+        "rss_mib": rss / 2**20,
         "objects": len(gc.get_objects()),
-        "device_mib": torch.cuda.memory_allocated() / 2**20 if device == "cuda" else 0.0,
+        "device_mib": module.memory_allocated() / 2**20 if module else 0.0,
+        "reserved_mib": module.memory_reserved() / 2**20 if module else 0.0,
         "pool_mib": inductor_xpugraph.stats()["pool_bytes"] / 2**20,
     }
 
 
-def soak(step, calls: int, device: str) -> dict:
-    """Run ``step`` ``calls`` times after 3 calls of warmup and record; sample SAMPLES+1 times."""
+def growth(samples: list[dict], calls: int, per: int) -> dict[str, dict[str, float]]:
+    """Growth per ``per`` calls, whole phase and second half."""
+    first, middle, last = samples[0], samples[len(samples) // 2], samples[-1]
+    half = calls * (len(samples) - 1 - len(samples) // 2) / (len(samples) - 1)
+    return {
+        "growth": {k: (last[k] - first[k]) * per / calls for k in first},
+        "late_growth": {k: (last[k] - middle[k]) * per / half for k in first},
+    }
+
+
+def soak(call, calls: int, device: str) -> dict:
+    """``call`` ``calls`` times after 3 calls of warmup and record, sampled SAMPLES+1 times."""
     for _ in range(3):
-        step()
+        call()
     samples = [sample(device)]
     start = time.perf_counter()
-    per_sample = calls // SAMPLES
     for _ in range(SAMPLES):
-        for _ in range(per_sample):
-            step()
+        for _ in range(calls // SAMPLES):
+            call()
         samples.append(sample(device))
-    seconds = time.perf_counter() - start  # includes the samples' synchronize and gc
-
-    def growth_per_10k(first: dict, last: dict, calls: int) -> dict:
-        return {k: (last[k] - first[k]) * 10_000 / calls for k in first}
-
-    middle = samples[SAMPLES // 2]
-    return {"calls": per_sample * SAMPLES, "seconds": seconds, "first": samples[0],
-            "last": samples[-1],
-            "growth_per_10k": growth_per_10k(samples[0], samples[-1], per_sample * SAMPLES),
-            "late_growth_per_10k": growth_per_10k(middle, samples[-1], per_sample * SAMPLES // 2),
-            }  # fmt: skip
+    done = calls // SAMPLES * SAMPLES
+    row = {"calls": done, "seconds": time.perf_counter() - start, "last": samples[-1]}
+    return {**row, **growth(samples, done, 10_000)}
 
 
-def run_variant(variant: str, device: str, replays: int, steps: int) -> dict:
-    import inductor_xpugraph
+def churn(variant: measure.Variant, rounds: int) -> dict:
+    device = variant.device
 
-    if variant.startswith("ours"):
-        inductor_xpugraph.enable(device)
-        inductor_xpugraph.config.allocator_checkpointing = variant == "ours"
-    else:
-        inductor_xpugraph.disable(device)
+    def one_round() -> None:
+        model = workloads.mlp(device)
+        compiled = variant.compile(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(64, 1024, device=device)
+        for _ in range(5):
+            compiled(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        with torch.no_grad():
+            for _ in range(5):
+                out = compiled(x)
+        assert torch.isfinite(out).all()
+        del model, compiled, optimizer, x, out
+        torch._dynamo.reset()
+        gc.collect()
+
+    start = time.perf_counter()
+    samples = []
+    for _ in range(rounds):
+        one_round()
+        samples.append(sample(device))
+    settled = samples[CHURN_SETTLE_ROUNDS - 1 :]
+    row = {"calls": rounds, "seconds": time.perf_counter() - start, "last": samples[-1]}
+    return {**row, "after_settling": settled[0], **growth(settled, len(settled) - 1, 1)}
+
+
+def run_variant(args) -> dict:
+    variant = measure.Variant(args.child, args.device).select()
     torch.manual_seed(0)
-
-    small = torch.compile(lambda x: (x * 2 + 1).relu(), mode="reduce-overhead")
-    x = torch.randn(1024, device=device)
+    small = variant.compile(lambda x: (x * 2 + 1).relu())
+    x = torch.randn(1024, device=args.device)
+    model = workloads.mlp(args.device, width=256, layers=2)
+    compiled = variant.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = torch.randn(32, 256, device=args.device)
     out = None
 
     def replay():
         nonlocal out
         out = small(x)
-
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)
-    ).to(device)
-    compiled = torch.compile(model, mode="reduce-overhead")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = torch.randn(32, 256, device=device)
 
     def train():
         nonlocal out
@@ -106,62 +126,66 @@ def run_variant(variant: str, device: str, replays: int, steps: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    row = {"variant": variant, "replays": soak(replay, replays, device)}
-    row["training"] = soak(train, steps, device)
-    if variant.startswith("ours"):
-        row["stats"] = {k: v for k, v in inductor_xpugraph.stats().items() if k != "skip_reasons"}
+    row = {"variant": args.child}
+    if "replays" in args.phases:
+        row["replays"] = soak(replay, args.replays, args.device)
+    if "training" in args.phases:
+        row["training"] = soak(train, args.steps, args.device)
+    if "churn" in args.phases:
+        del small, compiled, model, opt
+        torch._dynamo.reset()
+        row["churn"] = churn(variant, args.rounds)
+    row["graphs"] = variant.counters()
     return row
 
 
 def report(rows: list[dict], device: str) -> None:
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (emulator)"
-    print(f"## Soak — {name}, torch {torch.__version__}")
-    print("Growth per 10k calls, whole phase / second half.")
-    print("| variant | phase | calls | s | RSS MiB | objects | device MiB | pool MiB |"
-          " RSS MiB at end |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(measure.header("Soak", device))
+    print("Growth per 10,000 calls (churn: per round after round 3), whole phase / second half.")
+    keys = (("rss_mib", ".2f"), ("objects", ".0f"), ("device_mib", ".3f"),
+            ("reserved_mib", ".3f"), ("pool_mib", ".3f"))  # fmt: skip
+    print("| variant | phase | calls | s | RSS MiB | objects | device MiB | reserved MiB "
+          "| pool MiB | at end: RSS, device, reserved MiB |")  # fmt: skip
+    print("|---" * 10 + "|")
     for row in rows:
-        for phase in ("replays", "training"):
+        if "error" in row:
+            print(f"| {row['variant']} | error: {row['error']} |" + " |" * 8)
+            continue
+        for phase in [p for p in PHASES if p in row]:
             r = row[phase]
-            whole, late = r["growth_per_10k"], r["late_growth_per_10k"]
             cells = [
-                f"{whole[k]:+{spec}} / {late[k]:+{spec}}"
-                for k, spec in (("rss_mib", ".2f"), ("objects", ".0f"), ("device_mib", ".3f"),
-                                ("pool_mib", ".3f"))
-            ]  # fmt: skip
-            print(
-                f"| {row['variant']} | {phase} | {r['calls']} | {r['seconds']:.1f} | "
-                + " | ".join(cells)
-                + f" | {r['last']['rss_mib']:.0f} |"
-            )
+                f"{r['growth'][k]:+{spec}} / {r['late_growth'][k]:+{spec}}" for k, spec in keys
+            ]
+            end = r["last"]
+            at_end = f"{end['rss_mib']:.0f}, {end['device_mib']:.1f}, {end['reserved_mib']:.1f}"
+            head = f"| {row['variant']} | {phase} | {r['calls']} | {r['seconds']:.1f} | "
+            print(head + " | ".join(cells) + f" | {at_end} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replays", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=5_000)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--rounds", type=int, default=20, help="churn rounds (at least 5)")
+    parser.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
+    parser.add_argument("--device", default=measure.default_device())
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.rounds < CHURN_SETTLE_ROUNDS + 2:
+        parser.error(f"--rounds must be at least {CHURN_SETTLE_ROUNDS + 2}")
     if args.child:
-        print(json.dumps(run_variant(args.child, args.device, args.replays, args.steps)))
+        print(json.dumps(run_variant(args)))
         return
-    variants = [v for v in args.variants if args.device == "cuda" or v == "ours"]
     rows = []
-    for variant in variants:
-        command = [sys.executable, __file__, "--child", variant, "--device", args.device]
-        command += ["--replays", str(args.replays), "--steps", str(args.steps)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            print(f"{variant}: failed\n{result.stderr[-2000:]}")
-            continue
-        rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    for variant in [v for v in args.variants if args.device == "cuda" or v != "upstream"]:
+        argv = [os.path.abspath(__file__), "--child", variant, "--device", args.device]
+        argv += ["--replays", str(args.replays), "--steps", str(args.steps)]
+        argv += ["--rounds", str(args.rounds), "--phases", *args.phases]
+        rows.append({"variant": variant, **measure.in_fresh_process(argv)})
+        measure.write_json(args.out, rows)
     report(rows, args.device)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,32 +1,13 @@
 """The zoo: over 40 Hugging Face, timm and torchvision models, in inference and training, each
 compiled by every implementation in a process of its own, checked against eager and timed, as
-PyTorch's dashboard does for Inductor.
-
-Run on the GPU machine from the repository root; the full cuda run (about 40 minutes on an
-H100) in calls of under 10 minutes, each resuming the one before:
-
-    PYTHONPATH=. python3 benchmarks/zoo.py --deadline 530 --out zoo.json
-    PYTHONPATH=. python3 benchmarks/zoo.py --deadline 530 --resume zoo.json --out zoo.json
-    PYTHONPATH=. python3 benchmarks/zoo.py --summarize zoo.json --markdown zoo.md
-
-Implementations: ``eager``; ``inductor`` (``torch.compile``, default mode); ``upstream``
-(``mode="reduce-overhead"``, Inductor's CUDA Graph Trees: cuda only); ``ours`` (the same mode
-with this package enabled for the device, allocator checkpointing) and ``ours_owned`` (owned
-outputs, xpu's strategy). With ``--device cpu`` ours runs on the CPU emulator: a check that the
-script runs, its timings mean nothing.
+PyTorch's dashboard does for Inductor (README.md: how to run it, the summary's columns).
 
 Each (model, mode, implementation) runs in a fresh process (``zoo_measure.py`` says what it
-measures) with an empty Inductor and Triton cache of its own. ``--jobs`` processes run at once,
-so that compiles overlap; a process times holding a lock on a file, with the other processes
-paused (``zoo_measure.exclusive``), so that its times are its own. A process that runs past
-``--timeout`` is killed and its row says so; past ``--deadline`` no process starts (its row
-says "not run"), and those running are killed 30 s after it.
-
-Summary per (mode, implementation), over the models that ran: correct rows; rows whose graphs
-replay; geometric-mean speedup over eager, pipelined and synchronized; against upstream, on the
-models where both passed: geometric mean of the time ratio, median of the compile-time ratio,
-geometric mean of the peak allocated and reserved memory ratios, and the number of models
-whose peak allocated memory is more than 2 MiB above upstream's.
+measures) with an empty Inductor and Triton cache and its share of the CPU. ``--jobs``
+processes run at once, so that compiles overlap; a process times holding a lock on a file,
+with the other processes paused (``zoo_measure.exclusive``), so that its times are its own. A
+process past ``--timeout`` is killed; past ``--deadline`` no process starts (its row says "not
+run", and ``--resume`` runs it later).
 """
 
 from __future__ import annotations
@@ -49,6 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 import zoo_measure  # noqa: E402
 import zoo_models  # noqa: E402
+from measure import REPO_ROOT, default_device, git_commit  # noqa: E402
 from zoo_report import IMPLS, MODES, markdown, summarize  # noqa: E402
 
 # Four per device (inductor with --impls on cuda): 360 rows, about 40 minutes on an H100.
@@ -57,15 +39,6 @@ DEFAULT_IMPLS = {
     "xpu": ["eager", "inductor", "ours", "ours_owned"],
     "cpu": ["eager", "inductor", "ours", "ours_owned"],
 }
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def default_device() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    return "xpu" if hasattr(torch, "xpu") and torch.xpu.is_available() else "cpu"
 
 
 def select_models(
@@ -98,24 +71,6 @@ def split_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown {what} {unknown}; choose from {allowed}")
     return items
-
-
-def git_commit() -> str:
-    """HEAD, with "+changes" where the tracked files differ from it (a copied working tree)."""
-
-    def git(*argv: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    head = git("rev-parse", "--short", "HEAD")
-    if not head:
-        return "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 class ProcessGroups:

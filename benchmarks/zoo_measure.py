@@ -36,14 +36,20 @@ import statistics
 import sys
 import time
 import traceback
-from collections import Counter
 from typing import Any
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import zoo_models  # noqa: E402
-from real_clients import Variant  # noqa: E402  (how every suite selects an implementation)
+from measure import (  # noqa: E402
+    DeviceMemory,
+    Variant,
+    device_name,
+    graph_launches,
+    per_call_us,
+    synchronize,
+)  # fmt: skip
 
 # Relative RMS error allowed beyond MULTIPLIER × eager's own. Training is looser, as on the
 # dashboard. On the CPU, Inductor's batch-norm backward is 7.5e-3 off float64 in ResNet-18's
@@ -59,18 +65,6 @@ FLOOR = 1e-2  # of the median tensor's RMS: the smallest scale a tensor's error 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPILE_CALLS = 3  # warmup, record, first replay
 LAUNCHED_AT = "ZOO_LAUNCHED_AT"  # the parent's time.time() when it started this process
-OUR_COUNTERS = ("warmups", "records", "replays", "rerecords", "fallbacks", "skips")
-
-
-def synchronize(device: str) -> None:
-    if device != "cpu":
-        torch.get_device_module(device).synchronize()
-
-
-def device_name(device: str) -> str:
-    if device == "cpu":
-        return "cpu (emulator)"
-    return torch.get_device_module(device).get_device_name()
 
 
 def tensors_of(output: Any) -> list[torch.Tensor]:
@@ -189,33 +183,6 @@ def references(runner: Runner, model, inputs: list[dict], dtype) -> list[list[to
     return [runner.call(copied, x, params) for x in inputs]
 
 
-def graph_launches(run_once, device: str) -> tuple[int | None, str, list[str]]:
-    """Graph launches during one call: (count, how it was counted, the event names counted)."""
-    import inductor_xpugraph
-
-    if device == "cpu":
-        before = inductor_xpugraph.stats()["replays"]
-        run_once()
-        count = inductor_xpugraph.stats()["replays"] - before
-        return count, "stats()['replays'] (CPU emulator: not seen by the profiler)", []
-    from torch.profiler import ProfilerActivity, profile
-
-    activity = ProfilerActivity.CUDA if device == "cuda" else ProfilerActivity.XPU
-    with profile(activities=[ProfilerActivity.CPU, activity]) as prof:
-        run_once()
-        synchronize(device)
-    names = Counter(event.name for event in prof.events())
-
-    def is_launch(name: str) -> bool:
-        low = name.lower()
-        if device == "cuda":
-            return "graphlaunch" in low
-        return "graphlaunch" in low or "commandbufferenqueue" in low or "executegraph" in low
-
-    counted = {name: n for name, n in names.items() if is_launch(name)}
-    return sum(counted.values()), "profiler", sorted(counted)
-
-
 @contextlib.contextmanager
 def exclusive(lock_path: str | None):
     """Hold the parent's timing lock (an flock on a file) with every other process of the run
@@ -256,20 +223,6 @@ def signal_groups(groups: list[int], signum: int) -> None:
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signum)
-
-
-def per_call_ms(step, calls: int, repeats: int, synchronized: bool, device: str) -> float:
-    samples = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(calls):
-            step()
-            if synchronized:
-                synchronize(device)
-        synchronize(device)
-        samples.append((time.perf_counter() - start) / calls * 1e3)
-    return statistics.median(samples)
 
 
 class Skipped(Exception):
@@ -340,16 +293,9 @@ def _measure(args, row: dict[str, Any]) -> None:
         precise = eager
         row["reference"] = f"eager (float64 failed: {type(error).__name__}: {str(error)[:100]})"
     gc.collect()
-    memory = None if device == "cpu" else torch.get_device_module(device)
-    if device == "cuda":
-        # The references' cuBLAS workspaces (the caller's stream, this thread's and autograd's)
-        # go: each implementation starts without any and makes those it needs. Upstream's
-        # trees free every workspace at their first warmup, ours never do: left here, the
-        # references' workspaces counted in our peak and not in upstream's.
-        torch._C._cuda_clearCublasWorkspaces()
-    if memory is not None:
-        memory.empty_cache()
-        memory.reset_peak_memory_stats()
+    # The references' cuBLAS workspaces go (measure.DeviceMemory): each implementation starts
+    # without any and makes those it needs.
+    memory = DeviceMemory(device).start().module
 
     enter_phase(row, "compile and first calls")
     compiled = variant.compile(model)
@@ -386,8 +332,8 @@ def _measure(args, row: dict[str, Any]) -> None:
         step = lambda: runner.step(compiled, inputs[0])  # noqa: E731
         step()
         for mode, synchronized in (("pipelined", False), ("synchronized", True)):
-            ms = per_call_ms(step, args.timed_calls, args.repeats, synchronized, device)
-            row[f"{mode}_ms"] = ms
+            us = per_call_us(step, args.timed_calls, args.repeats, device, synchronized)
+            row[f"{mode}_ms"] = us / 1e3
 
     enter_phase(row, "graph launches")
     graphs = args.impl not in ("eager", "inductor")
@@ -401,13 +347,12 @@ def _measure(args, row: dict[str, Any]) -> None:
         row["peak_reserved_mib"] = memory.max_memory_reserved() / 2**20
     else:
         row["peak_allocated_mib"] = row["peak_reserved_mib"] = None
-    if args.impl.startswith("ours"):
-        stats = inductor_xpugraph.stats()
-        row["graphs"] = {k: stats[k] for k in OUR_COUNTERS}
-        row["skip_reasons"] = stats["skip_reasons"]
-    elif args.impl == "upstream":
+    row["graphs"] = variant.counters()
+    if variant.ours:
+        row["skip_reasons"] = inductor_xpugraph.stats()["skip_reasons"]
+    if args.impl == "upstream":
         skips = dict(torch._dynamo.utils.counters["inductor"]).get("cudagraph_skips", 0)
-        row["graphs"] = {"cudagraph_skips": skips}
+        row["graphs"]["cudagraph_skips"] = skips
     row["status"] = "pass" if worst["score"] <= 1.0 else "fail"
     if row["status"] == "fail":
         row["reason"] = (

@@ -17,10 +17,7 @@ import collections
 import json
 import os
 import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -31,22 +28,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measure  # noqa: E402
 import workloads  # noqa: E402
 from measure import VARIANTS, Variant  # noqa: E402
-
-# -- the device ------------------------------------------------------------------------------
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def allocated(device: torch.device) -> int:
-    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-
-
-def peak(device: torch.device) -> int:
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
-
 
 # -- tensor-parallel decode --------------------------------------------------------------------
 
@@ -102,42 +83,31 @@ class ShardedDecoder(torch.nn.Module):
 @torch.no_grad()
 def tp_decode(variant: Variant, device: torch.device, steps: int) -> dict:
     torch.manual_seed(dist.get_rank())  # each rank its own shard
-    before = allocated(device)
     model = ShardedDecoder(dist.get_world_size()).to(device)
     step = variant.compile(model)
     torch.manual_seed(0)  # the same activations on every rank
     x = torch.randn(4, 1, 512, device=device)
     positions = [torch.tensor([i % model.max_seq], device=device) for i in range(steps)]
-    first_start = time.perf_counter()
-    out = step(x, positions[0])
-    sync(device)
-    first = time.perf_counter() - first_start
+    start = time.perf_counter()
+    step(x, positions[0])
+    measure.synchronize(device.type)
+    row = {"first s": time.perf_counter() - start}
     for pos in positions[1:3]:  # warmup and record
-        out = step(x, pos)
-    sync(device)
-    start = time.perf_counter()
-    for pos in positions[3:]:
-        out = step(x, pos)
-    sync(device)
-    pipelined = (time.perf_counter() - start) / (steps - 3)
-    start = time.perf_counter()
-    for pos in positions[3:]:
-        out = step(x, pos)
-        checksum = out[0, 0, 0].item()  # the host reads each step's result
-    synchronized = (time.perf_counter() - start) / (steps - 3)
-    return {
-        "pipelined ms": pipelined * 1e3,
-        "synchronized ms": synchronized * 1e3,
-        "first s": first,
-        "peak MiB": (peak(device) - before) / 2**20,
-        "result": f"{checksum:.5f}",
-    }
+        step(x, pos)
+    for mode in ("pipelined", "synchronized"):
+        left = iter(positions[3:])
+        if mode == "pipelined":
+            call = lambda: step(x, next(left))  # noqa: E731
+        else:  # the host reads each step's result, as a decode loop checking for a stop token
+            call = lambda: step(x, next(left))[0, 0, 0].item()  # noqa: E731
+        row[f"{mode} ms"] = measure.per_call_us(call, steps - 3, 1, device.type, False) / 1e3
+    return {**row, "result": f"{step(x, positions[-1])[0, 0, 0].item():.5f}"}
 
 
 # -- data-parallel training --------------------------------------------------------------------
 
 
-def train(step_model, model, device: torch.device, steps: int, before: int) -> dict:
+def train(step_model, model, device: torch.device, steps: int) -> dict:
     """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), batch
     64 per rank, each step's loss read on the host; the median step after the first three."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -153,22 +123,15 @@ def train(step_model, model, device: torch.device, steps: int, before: int) -> d
         losses.append(loss.item())
         times.append(time.perf_counter() - start)
     steady = sorted(times[3:])[len(times[3:]) // 2]
-    return {
-        "step ms": steady * 1e3,
-        "first s": times[0],
-        "peak MiB": (peak(device) - before) / 2**20,
-        "losses": losses,
-    }
+    return {"step ms": steady * 1e3, "first s": times[0], "losses": losses}
 
 
 def ddp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.manual_seed(0)
-    before = allocated(device)
-    model = workloads.mlp(device.type if device.type == "cpu" else device)
+    model = workloads.mlp(device)
     ddp = DDP(variant.compile(model), device_ids=[device.index] if device.type == "cuda" else None)
-    return train(ddp, model, device, steps, before)
+    return train(ddp, model, device, steps)
 
 
 def fsdp_train(variant: Variant, device: torch.device, steps: int) -> dict:
@@ -177,15 +140,13 @@ def fsdp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     into new memory at every step, so graphed variants see static inputs that move."""
     from torch.distributed.fsdp import fully_shard
 
-    torch.manual_seed(0)
-    before = allocated(device)
-    model = workloads.mlp(device.type if device.type == "cpu" else device)
+    model = workloads.mlp(device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
             layer.forward = variant.compile(layer.forward)
     fully_shard(model)
-    return train(model, model, device, steps, before)
+    return train(model, model, device, steps)
 
 
 WORKLOADS = {"tp_decode": tp_decode, "ddp_train": ddp_train, "fsdp_train": fsdp_train}
@@ -209,9 +170,9 @@ def child(variant_name: str, device_type: str, workloads_run: list[str], steps: 
     counted: dict[str, int] = {}
     for workload in workloads_run:
         torch._dynamo.reset()
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        memory = measure.DeviceMemory(device_type).start()
         results[workload] = WORKLOADS[workload](variant, device, steps)
+        results[workload]["peak MiB"] = memory.mib().get("peak_mib", 0.0)
         if variant.ours:
             import inductor_xpugraph
 
@@ -223,14 +184,8 @@ def child(variant_name: str, device_type: str, workloads_run: list[str], steps: 
         variant.reset_graphs()
     dist.barrier()
     if rank == 0:
-        print("RESULT " + json.dumps(results), flush=True)
+        print(json.dumps(results), flush=True)
     dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -239,9 +194,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument(
-        "--runs", type=int, default=1, help="launches per variant, the variants alternating"
-    )
+    parser.add_argument("--runs", type=int, default=1, help="launches per variant, in turns")
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
     args = parser.parse_args()
     if args.child:
@@ -261,76 +214,52 @@ def main() -> None:
 
 
 def launch(variant: str, args: argparse.Namespace) -> dict | None:
-    """One ``torchrun`` launch of ``variant``: rank 0's results per workload, or None."""
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-port", str(_free_port()), __file__, "--child", variant,
-        "--device", args.device, "--steps", str(args.steps), "--workloads", *args.workloads,
-    ]  # fmt: skip
-    # Each launch compiles from an empty Inductor cache: with a shared one, only the first
-    # compiled variant compiled from scratch (autotuning included), so its first-call time
-    # and peak memory were not comparable with the others'.
-    with tempfile.TemporaryDirectory(prefix="distributed-inductor-cache-") as cache:
-        environment = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-        done = subprocess.run(command, capture_output=True, text=True, env=environment)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        print(f"{variant}: failed (rc {done.returncode})\n{done.stderr[-3000:]}")
+    """One ``torchrun`` launch of ``variant`` (with an empty Inductor cache, as every variant
+    compiles and autotunes alike): rank 0's results per workload, or None."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = str(free.getsockname()[1])
+    result = measure.in_fresh_process([
+        "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port,
+        os.path.abspath(__file__), "--child", variant, "--device", args.device,
+        "--steps", str(args.steps), "--workloads", *args.workloads,
+    ])  # fmt: skip
+    if "error" in result:
+        print(f"{variant}: failed: {result['error']}")
         return None
-    return json.loads(lines[-1][len("RESULT ") :])
+    return result
 
 
-def spread(values: list[float], digits: int) -> str:
-    """The median, and the range when there is more than one value."""
-    middle = f"{statistics.median(values):.{digits}f}"
-    if len(values) == 1:
-        return middle
-    return f"{middle} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
-
-def report(runs: dict[str, list[dict]], workloads: list[str]) -> None:
+def report(runs: dict[str, list[dict]], workloads_run: list[str]) -> None:
     """One table per workload: each number the median over a variant's launches, with their
     range; losses compared with eager's first launch; graph counts of the first launch."""
-    for workload in workloads:
+    numbers = ("pipelined ms", "synchronized ms", "step ms", "first s", "peak MiB")
+    for workload in workloads_run:
         eager = runs.get("eager")
         eager_losses = eager[0][workload].get("losses") if eager else None
-        print(f"\n{workload}")
-        if workload == "tp_decode":
-            columns = "pipelined ms/step | synchronized ms/step | 1st s | peak MiB | result"
-        else:
-            columns = "ms/step | 1st s | peak MiB | losses equal eager's"
-        print(f"| variant | {columns} | graphs: records / replays / fallbacks |")
-        print("|---" * (columns.count("|") + 3) + "|")
+        columns = [k for k in numbers if any(k in r[0][workload] for r in runs.values())]
+        header = ["variant", *columns, "result", "graphs: records / replays / fallbacks"]
+        print(f"\n### {workload}\n\n| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
         for variant, launches in runs.items():
             results = [launch[workload] for launch in launches]
+            cells = [measure.median_range([r[k] for r in results], 3) for k in columns]
+            if "losses" not in results[0]:
+                answer = " ".join(sorted({r["result"] for r in results}))
+            elif eager_losses is None:
+                answer = "-"
+            else:
+                worst = max(abs(a - b) for r in results for a, b in zip(r["losses"], eager_losses))
+                answer = "losses equal eager's" if worst == 0 else f"losses {worst:.1e} off eager's"
             graphs, skips = results[0].get("graphs"), results[0].get("skips")
             counts = (
-                f"{graphs['records']} / {graphs['replays']} / {graphs.get('fallbacks', '-')}"
-                if graphs
-                else ""
-            )
-            if skips:
-                counts += f" (skipped: {'; '.join(skips)[:200]})"
-            first = spread([r["first s"] for r in results], 1)
-            peak = spread([r["peak MiB"] for r in results], 1)
-            if workload == "tp_decode":
-                pipelined = spread([r["pipelined ms"] for r in results], 3)
-                synchronized = spread([r["synchronized ms"] for r in results], 3)
-                answers = " ".join(sorted({r["result"] for r in results}))
-                print(
-                    f"| {variant} | {pipelined} | {synchronized} | {first} | {peak} | "
-                    f"{answers} | {counts} |"
+                ""
+                if not graphs
+                else " / ".join(
+                    str(graphs.get(k, "-")) for k in ("records", "replays", "fallbacks")
                 )
-            else:
-                if eager_losses is None:
-                    same = "-"
-                else:
-                    worst = max(
-                        abs(a - b) for r in results for a, b in zip(r["losses"], eager_losses)
-                    )
-                    same = "yes" if worst == 0 else f"max difference {worst:.1e}"
-                step = spread([r["step ms"] for r in results], 3)
-                print(f"| {variant} | {step} | {first} | {peak} | {same} | {counts} |")
+            )
+            counts += f" (skipped: {'; '.join(skips)[:200]})" if skips else ""
+            print(f"| {variant} | " + " | ".join([*cells, answer, counts]) + " |")
 
 
 if __name__ == "__main__":

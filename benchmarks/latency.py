@@ -33,7 +33,7 @@ import workloads  # noqa: E402
 
 VARIANTS = (
     "gpu_busy", "hand_replay", "hand_replay_4th_graph", "inductor", "upstream", "ours",
-    "ours_portable", "ours_deploy", "upstream_deploy", "ours_module_guards_skipped",
+    "ours_portable", "ours_deploy", "upstream_deploy",
 )  # fmt: skip
 CUDA_ONLY = ("gpu_busy", "hand_replay", "hand_replay_4th_graph", "upstream", "upstream_deploy")
 HAND_CAPTURED = ("hand_replay", "hand_replay_4th_graph")
@@ -42,10 +42,7 @@ DEPLOYABLE = ("add_one", *workloads.MODELS)  # every tensor an input: no closed-
 WARM_CALLS = 20  # past warmup and record before anything is timed
 FLOORS = ("gpu_busy", "hand_replay", "hand_replay_4th_graph", "upstream")
 # The implementation registered in a variant's process (the others: Inductor, no graphs).
-IMPLEMENTATION = {
-    "upstream": "upstream", "ours": "ours", "ours_portable": "ours_portable",
-    "ours_module_guards_skipped": "ours",
-}  # fmt: skip
+IMPLEMENTATION = {"upstream": "upstream", "ours": "ours", "ours_portable": "ours_portable"}
 
 
 def deployable(workload: str, device: str) -> tuple[Any, list, int]:
@@ -78,8 +75,10 @@ def export_child(args) -> None:
             from torch._inductor import standalone_compile
             from torch.fx.experimental.proxy_tensor import make_fx
 
-            options = {"config_patches": {"triton.cudagraphs": True}}
-            artifact = standalone_compile(make_fx(fn)(*example), example, options=options)
+            traced, options = make_fx(fn)(*example), {"config_patches": {"triton.cudagraphs": True}}
+            if any(node.op == "get_attr" for node in traced.graph.nodes):  # its loader fails
+                raise SystemExit("standalone_compile cannot load a graph with traced constants")
+            artifact = standalone_compile(traced, example, options=options)
             artifact.save(path=args.export_path, format="unpacked")
     print(json.dumps({"exported": args.export_path}))
 
@@ -100,18 +99,6 @@ def load_exported(variant: str, path: str, workload: str, device: str):
             return loaded(*example[:weights], *inputs)
 
     return step, tuple(example[weights:])
-
-
-def instantiate_throwaway_graphs(count: int) -> None:
-    """Capture, replay once and destroy ``count`` graphs of one ``x + 1`` each."""
-    x = torch.zeros(16, device="cuda")
-    for _ in range(count):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            x + 1
-        graph.replay()
-        torch.cuda.synchronize()
-        del graph
 
 
 def hand_replay(make_step, inputs: tuple) -> Any:
@@ -145,14 +132,13 @@ def build_step(args) -> tuple[Any, tuple, measure.Variant, list[float]]:
     if variant_name in DEPLOYED:
         step, inputs = load_exported(variant_name, args.export_path, args.workload, device)
     elif variant_name in HAND_CAPTURED:
-        if variant_name == "hand_replay_4th_graph":
-            instantiate_throwaway_graphs(3)
+        for _ in range(3 if variant_name == "hand_replay_4th_graph" else 0):
+            graph = torch.cuda.CUDAGraph()  # throwaway: this process's next graph is its 4th
+            with torch.cuda.graph(graph):
+                inputs[0] + 1
+            graph.replay()
+            del graph
         step = hand_replay(make_step, inputs)
-    elif variant_name == "ours_module_guards_skipped":
-        # mode="reduce-overhead" spelled as its options, which may carry the filter
-        options = {"triton.cudagraphs": True, "triton.cudagraph_trees": True}
-        options["guard_filter_fn"] = torch.compiler.skip_guard_on_all_nn_modules_unsafe
-        step = make_step(lambda fn: torch.compile(fn, options=options))
     else:
         step = make_step(variant.compile)
     first_two = []
@@ -231,11 +217,9 @@ def child(args) -> None:
     if args.variant == "gpu_busy":
         row["busy_us"] = gpu_busy_us(step, inputs, args.calls)
     else:
-        call = lambda: step(*inputs)  # noqa: E731
         for mode, synchronized in (("pipelined", False), ("synchronized", True)):
-            row[mode] = measure.per_call_us(
-                call, args.calls, args.repeats, args.device, synchronized
-            )
+            timing = (args.calls, args.repeats, args.device, synchronized)
+            row[mode] = measure.per_call_us(lambda: step(*inputs), *timing)
     if args.breakdown and args.variant == "ours":
         row["breakdown"] = breakdown(step, inputs, args.calls, args.repeats, args.device)
     row.update(memory.mib())
@@ -255,7 +239,7 @@ def run_workload(args, workload: str) -> dict[str, list[dict]]:
         for variant in [v for v in variants if v in DEPLOYED]:
             path = os.path.join(exports, variant)
             exported = measure.in_fresh_process(
-                [script, "--export", workload, variant, path, *common]
+                [script, "--child", workload, variant, path, "--export", *common]
             )
             runs[variant] = [exported] if "error" in exported else []
         for round_ in range(args.runs):
@@ -264,91 +248,72 @@ def run_workload(args, workload: str) -> dict[str, list[dict]]:
                 if failed or (variant == "gpu_busy" and round_ > 0):
                     continue
                 path = os.path.join(exports, variant)
-                argv = [script, "--child", workload, variant, "--export-path", path, *common]
+                argv = [script, "--child", workload, variant, path, *common]
                 runs[variant].append(measure.in_fresh_process(argv))
                 print(json.dumps({workload: {variant: runs[variant][-1]}}), flush=True)
     return runs
 
 
-def spread(runs: list[dict], key: str) -> tuple[float, float, float] | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    return (statistics.median(values), min(values), max(values)) if values else None
+def values(runs: list[dict], key: str) -> list[float]:
+    return [r[key] for r in runs if r.get(key) is not None]
 
 
 def report(results: dict[str, dict[str, list[dict]]], device: str) -> None:
     print(measure.header("Latency, µs per call, median of the processes (min–max)", device))
     variants = [v for v in VARIANTS if any(v in r for r in results.values())]
-    for mode in ("pipelined", "synchronized"):
+    tables = {"pipelined": FLOORS, "synchronized": FLOORS, "first calls and peak memory": ()}
+    for mode, floors in tables.items():
         print(f"\n### {mode}\n")
-        ratios = [f"ours / {floor}" for floor in FLOORS]
-        print("| workload | " + " | ".join(variants + ratios) + " |")
-        print("|---" * (len(variants) + len(ratios) + 1) + "|")
+        header = ["workload", *variants, *(f"ours / {floor}" for floor in floors)]
+        print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
         for workload, by_variant in results.items():
             cells, medians = [], {}
             for variant in variants:
                 runs = by_variant.get(variant, [])
-                stat = spread(runs, "busy_us" if variant == "gpu_busy" else mode)
+                times = values(runs, "busy_us" if variant == "gpu_busy" else mode)
                 errors = [r["error"] for r in runs if "error" in r]
-                if stat is None:
+                if not runs or errors:
                     cells.append(f"error: {errors[0]}" if errors else "-")
-                    continue
-                medians[variant] = stat[0]
-                cells.append(f"{stat[0]:.1f} ({stat[1]:.1f}–{stat[2]:.1f})")
+                elif not floors:  # first two calls (ms) and peak allocated / reserved (MiB)
+                    keys = ("first_ms", "second_ms", "peak_mib", "peak_reserved_mib")
+                    first, second, peak, reserved = (
+                        f"{statistics.median(v):.0f}" if (v := values(runs, k)) else "-"
+                        for k in keys
+                    )
+                    cells.append(f"{first} + {second} ms, {peak} / {reserved} MiB")
+                else:
+                    medians[variant] = statistics.median(times)
+                    cells.append(measure.median_range(times))
             cells += [
                 f"{medians['ours'] / medians[f]:.2f}" if "ours" in medians and f in medians else "-"
-                for f in FLOORS
+                for f in floors
             ]
             print(f"| {workload} | " + " | ".join(cells) + " |")
-    print("\n### first two calls (ms, median) and peak MiB allocated / reserved (median)\n")
-    print("| workload | " + " | ".join(variants) + " |")
-    print("|---" * (len(variants) + 1) + "|")
     for workload, by_variant in results.items():
-        cells = []
-        for variant in variants:
-            runs = [r for r in by_variant.get(variant, []) if "first_ms" in r]
-            if not runs:
-                cells.append("-")
-                continue
-            values = [
-                spread(runs, key)
-                for key in ("first_ms", "second_ms", "peak_mib", "peak_reserved_mib")
-            ]
-            first, second, peak, reserved = (f"{v[0]:.0f}" if v else "-" for v in values)
-            cells.append(f"{first} + {second} ms, {peak} / {reserved} MiB")
-        print(f"| {workload} | " + " | ".join(cells) + " |")
-    for workload, by_variant in results.items():
-        for run in by_variant.get("ours", []):
-            if "breakdown" in run:
-                layers = ", ".join(
-                    f"{k} {v:.1f}" if isinstance(v, float) else f"{k}: {v}"
-                    for k, v in run["breakdown"].items()
-                )
-                print(f"\n{workload}, ours synchronized, by layer (µs, first process): {layers}")
-                break
+        layers = next((r["breakdown"] for r in by_variant.get("ours", []) if "breakdown" in r), {})
+        if layers:
+            timed = ", ".join(
+                f"{k} {v:.1f}" if isinstance(v, float) else f"{k}: {v}" for k, v in layers.items()
+            )
+            print(f"\n{workload}, ours synchronized, by layer (µs, first process): {timed}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--workloads", nargs="*", default=list(workloads.WORKLOADS), choices=workloads.WORKLOADS
-    )
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--device", default=measure.default_device())
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--runs", type=int, default=3, help="fresh processes per variant")
-    parser.add_argument("--breakdown", action="store_true")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "VARIANT"), help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--export", nargs=3, metavar=("WORKLOAD", "VARIANT", "PATH"), help=argparse.SUPPRESS
-    )
-    parser.add_argument("--export-path", default=None, help=argparse.SUPPRESS)
+    add, names = parser.add_argument, list(workloads.WORKLOADS)
+    add("--workloads", nargs="*", default=names, choices=names)
+    add("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    add("--device", default=measure.default_device())
+    add("--calls", type=int, default=200)
+    add("--repeats", type=int, default=11)
+    add("--runs", type=int, default=3, help="fresh processes per variant")
+    add("--breakdown", action="store_true")
+    add("--out", default=None)
+    add("--child", nargs=3, metavar=("WORKLOAD", "VARIANT", "EXPORT"), help=argparse.SUPPRESS)
+    add("--export", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child or args.export:
-        args.workload, args.variant = (args.child or args.export)[:2]
-        if args.export:
-            args.export_path = args.export[2]
+    if args.child:
+        args.workload, args.variant, args.export_path = args.child
         (export_child if args.export else child)(args)
         return
     args.variants = [v for v in args.variants if args.device == "cuda" or v not in CUDA_ONLY]

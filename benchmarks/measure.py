@@ -1,21 +1,15 @@
 """How every suite measures: one module, so that a number means the same in every table.
 
-- **A variant per process.** A suite runs each variant (``Variant``: eager, Inductor,
-  upstream's CUDA Graph Trees, ours with either memory strategy) in a fresh process
-  (``in_fresh_process``) with an Inductor cache of its own, so that one variant's pools,
-  caches and cuBLAS workspaces cannot change another's numbers, and every variant compiles
-  (and autotunes) as a first run does. The child prints its row as the last line of stdout.
-- **Two timing modes** (``per_call_us``). *Pipelined*: calls back to back, one synchronize at
-  the end: throughput, whose floor is the device's busy time. *Synchronized*: a synchronize
-  after each call, as a caller that reads each result: latency, where everything the host
-  does before the launch counts. The median over repeats is reported.
-- **Memory** (``DeviceMemory``): peak allocated and reserved above what was there when the
-  measurement started, from a start without cuBLAS workspaces (each variant makes those it
-  needs); none on the CPU.
-- **Graph launches** (``graph_launches``): counted under the profiler on a GPU; on the CPU
-  emulator, which the profiler does not see, from ``stats()["replays"]``.
-- **Graph counters** (``Variant.counters``): ours from ``stats()``, summed across the resets a
-  client makes; upstream's where its trees make a node (records) and run one (replays).
+- **A variant per process** (``in_fresh_process``): each variant (``Variant``: eager, Inductor,
+  upstream's CUDA Graph Trees, ours with either memory strategy) runs in a fresh process with
+  an Inductor cache of its own, so no variant's pools, caches or cuBLAS workspaces change
+  another's numbers, and each compiles and autotunes as a first run does.
+- **Two timing modes** (``per_call_us``): *pipelined*, calls back to back and one synchronize
+  (throughput, whose floor is the device's busy time); *synchronized*, one after each call, as
+  a caller that reads each result (latency: all the host does before the launch counts).
+- **Memory** (``DeviceMemory``): peak allocated and reserved above the start, which holds no
+  cuBLAS workspace; **graph launches** (``graph_launches``): the profiler's on a GPU,
+  ``stats()["replays"]`` on the CPU emulator; **graph counters** (``Variant.counters``).
 """
 
 from __future__ import annotations
@@ -78,11 +72,8 @@ def git_commit() -> str:
 
 def header(title: str, device: str) -> str:
     """A table's first line: what, on which device, torch, commit and date."""
-    today = datetime.date.today().isoformat()
-    return (
-        f"## {title} — {device_name(device)}, torch {torch.__version__}, "
-        f"commit {git_commit()}, {today}"
-    )
+    where = f"{device_name(device)}, torch {torch.__version__}, commit {git_commit()}"
+    return f"## {title} — {where}, {datetime.date.today().isoformat()}"
 
 
 @dataclass
@@ -146,8 +137,9 @@ class Variant:
     def _ours_now() -> dict[str, int]:
         import inductor_xpugraph
 
-        stats = inductor_xpugraph.stats()
-        return {key: stats[key] for key in OUR_COUNTERS}
+        return {
+            key: value for key, value in inductor_xpugraph.stats().items() if key in OUR_COUNTERS
+        }
 
     def _count_upstream_nodes(self) -> None:
         from torch._inductor import cudagraph_trees
@@ -179,6 +171,14 @@ def per_call_us(
         synchronize(device)
         samples.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(samples)
+
+
+def median_range(values: list[float], digits: int = 1) -> str:
+    """The median, and the range (min–max) when there is more than one value."""
+    middle = f"{statistics.median(values):.{digits}f}"
+    if len(values) == 1:
+        return middle
+    return f"{middle} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
 class DeviceMemory:
@@ -241,11 +241,11 @@ def graph_launches(run_once: Callable[[], Any], device: str) -> tuple[int, str, 
     return sum(counted.values()), "profiler", sorted(counted)
 
 
-def in_fresh_process(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+def in_fresh_process(argv: list[str]) -> dict[str, Any]:
     """Run ``python argv`` with an empty Inductor cache of its own; the JSON of its last line
     that starts with ``{``, or ``{"error": ...}`` with the last line of its stderr."""
     with tempfile.TemporaryDirectory(prefix="inductor-cache-") as cache:
-        env = {**os.environ, **(env or {}), "TORCHINDUCTOR_CACHE_DIR": cache}
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
         done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env)
     rows = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -10,6 +10,12 @@ generation), the first two calls, peak allocated and reserved memory and what is
 allocated after the last call (above the client's start), the records made during the steady
 calls, and the graph counters. Random weights; smaller models on the CPU emulator, where a
 run only checks that the script works.
+
+``--paired``: the host's speed differs from one process to the next by up to a quarter on the
+GPU machines, so a host-bound client compares processes more than implementations in a
+fresh-process table. Paired, one client is built twice from one seed, one copy compiled with
+this package enabled and one with stock reduce-overhead, and their synchronized calls
+alternate in one process: each side's median, the ratio, its range over blocks of 20 calls.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -36,83 +43,75 @@ STEADY_CALLS = 10
 MICRO_BATCHES = 4
 
 
-def generate(way: str) -> Callable[[measure.Variant, int], Callable[[], str]]:
-    def build(variant: measure.Variant, batch: int) -> Callable[[], str]:
-        from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, StaticCache
+def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str]:
+    from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, StaticCache
 
-        device, big = variant.device, variant.device != "cpu"
-        config = LlamaConfig(
-            vocab_size=32000, hidden_size=512 if big else 128,
-            intermediate_size=1376 if big else 256, num_hidden_layers=8 if big else 2,
-            num_attention_heads=8, num_key_value_heads=8,
-            max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        )  # fmt: skip
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config).to(device, torch.bfloat16 if big else torch.float32)
-        model.eval()
-        new_tokens = 128 if big else 8
-        seeds = (torch.Generator().manual_seed(seed) for seed in (1, 2))
-        prompts = [torch.randint(3, 32000, (batch, 16), generator=g).to(device) for g in seeds]
-        options: dict[str, Any] = dict(
-            max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
-        )
-        cache = None
-        if way == "hf":
-            compile_config = CompileConfig(mode="reduce-overhead" if variant.graphs else "default")
-            compile_config._compile_all_devices = True  # the CPU emulator too
-            options.update(cache_implementation="static", compile_config=compile_config)
-            options.update({"disable_compile": True} if variant.name == "eager" else {})
-        else:
-            model.forward = variant.compile(model.forward)
-            cache = StaticCache(config=config, max_cache_len=16 + new_tokens)
-            if way == "early":
-                cache.early_initialization(
-                    batch_size=batch, num_heads=config.num_key_value_heads,
-                    head_dim=config.hidden_size // config.num_attention_heads,
-                    dtype=model.dtype, device=model.device,
-                )  # fmt: skip
-            options["past_key_values"] = cache
-        kept: list[torch.Tensor] = []
+    device, big = variant.device, variant.device != "cpu"
+    config = LlamaConfig(
+        vocab_size=32000, hidden_size=512 if big else 128,
+        intermediate_size=1376 if big else 256, num_hidden_layers=8 if big else 2,
+        num_attention_heads=8, num_key_value_heads=8,
+        max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(device, torch.bfloat16 if big else torch.float32)
+    model.eval()
+    new_tokens = 128 if big else 8
+    seeds = (torch.Generator().manual_seed(seed) for seed in (1, 2))
+    prompts = [torch.randint(3, 32000, (batch, 16), generator=g).to(device) for g in seeds]
+    options: dict[str, Any] = dict(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+    )
+    cache = None
+    if way == "hf":
+        compile_config = CompileConfig(mode="reduce-overhead" if variant.graphs else "default")
+        compile_config._compile_all_devices = True  # the CPU emulator too
+        options.update(cache_implementation="static", compile_config=compile_config)
+        options.update({"disable_compile": True} if variant.name == "eager" else {})
+    else:
+        model.forward = variant.compile(model.forward)
+        cache = StaticCache(config=config, max_cache_len=16 + new_tokens)
+        if way == "early":
+            cache.early_initialization(
+                batch_size=batch, num_heads=config.num_key_value_heads,
+                head_dim=config.hidden_size // config.num_attention_heads,
+                dtype=model.dtype, device=model.device,
+            )  # fmt: skip
+        options["past_key_values"] = cache
+    kept: list[torch.Tensor] = []
 
-        def call() -> str:
-            if cache is not None:
-                cache.reset()
-            kept.append(model.generate(prompts[len(kept) % 2], **options))
-            tokens = tuple(kept[-1][:, 16:].flatten().tolist())
-            return f"tokens #{hash(tokens) % 10**8:08d}"
+    def call() -> str:
+        if cache is not None:
+            cache.reset()
+        kept.append(model.generate(prompts[len(kept) % 2], **options))
+        tokens = tuple(kept[-1][:, 16:].flatten().tolist())
+        return f"tokens #{hash(tokens) % 10**8:08d}"
 
-        call.tokens_per_call = batch * new_tokens  # type: ignore[attr-defined]
-        return call
-
-    return build
+    call.tokens_per_call = batch * new_tokens  # type: ignore[attr-defined]
+    return call
 
 
-def adamw(compiled_step: bool) -> Callable[[measure.Variant, int], Callable[[], str]]:
-    def build(variant: measure.Variant, batch: int) -> Callable[[], str]:
-        device = variant.device
-        model = workloads.gpt2_lm(device)
-        compiled = variant.compile(model)
-        lr = torch.tensor(1e-3) if compiled_step else 1e-3
-        opt = torch.optim.AdamW(model.parameters(), lr=lr)
-        opt_step = variant.compile(opt.step) if compiled_step else opt.step
-        data = torch.Generator(device=device).manual_seed(1)
+def adamw(variant: measure.Variant, batch: int, compiled_step: bool) -> Callable[[], str]:
+    device = variant.device
+    model = workloads.gpt2_lm(device)
+    compiled = variant.compile(model)
+    lr = torch.tensor(1e-3) if compiled_step else 1e-3
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt_step = variant.compile(opt.step) if compiled_step else opt.step
+    data = torch.Generator(device=device).manual_seed(1)
 
-        def call() -> str:
-            ids = torch.randint(0, 5000, (batch, 128), device=device, generator=data)
-            loss = workloads.next_token_loss(compiled(ids).logits, ids)
-            loss.backward()
-            opt_step()
-            opt.zero_grad(set_to_none=True)
-            return f"loss {loss.item():.4f}"  # what a training loop logs
+    def call() -> str:
+        ids = torch.randint(0, 5000, (batch, 128), device=device, generator=data)
+        loss = workloads.next_token_loss(compiled(ids).logits, ids)
+        loss.backward()
+        opt_step()
+        opt.zero_grad(set_to_none=True)
+        return f"loss {loss.item():.4f}"  # what a training loop logs
 
-        return call
-
-    return build
+    return call
 
 
-def grad_accumulation(
-    variant: measure.Variant, batch: int, checked_calls: int
-) -> Callable[[], str]:
+def grad_accumulation(variant: measure.Variant, batch: int, checked: int) -> Callable[[], str]:
     device = variant.device
     model = workloads.gpt2_lm(device)
     reference = copy.deepcopy(model)
@@ -127,12 +126,10 @@ def grad_accumulation(
             workloads.next_token_loss(module(ids).logits, ids).backward()
 
     def call() -> str:
-        batches = [
-            torch.randint(0, 5000, (batch, 128), device=device, generator=data)
-            for _ in range(MICRO_BATCHES)
-        ]
+        shape = (MICRO_BATCHES, batch, 128)  # iterated: one micro-batch of token ids each
+        batches = torch.randint(0, 5000, shape, device=device, generator=data)
         accumulate(compiled, batches)
-        if state["calls"] < checked_calls:
+        if state["calls"] < checked:
             accumulate(reference, batches)
             pairs = zip(model.parameters(), reference.parameters())
             worst = max((p.grad - q.grad).abs().max().item() for p, q in pairs)
@@ -190,11 +187,8 @@ def several_models(variant: measure.Variant, batch: int) -> Callable[[], str]:
                 diff = (compiled(x).float() - module(x).float()).abs().max().item()
                 worst[0] = max(worst[0], diff)
 
-    def vectors():
-        return torch.randn(batch, 256, device=device)
-
-    def images():
-        return torch.randn(batch, 3, 16, 16, device=device)
+    vectors = partial(torch.randn, batch, 256, device=device)
+    images = partial(torch.randn, batch, 3, 16, 16, device=device)
 
     def call() -> str:
         torch.manual_seed(0)
@@ -252,9 +246,16 @@ def inference(variant: measure.Variant, model, x: torch.Tensor) -> Callable[[], 
 
     def call() -> str:
         with torch.no_grad():
-            return f"mean |out| {compiled(x).float().abs().mean().item():.5f}"  # the caller uses it
+            return f"mean abs {compiled(x).float().abs().mean().item():.5f}"  # the caller uses it
 
     return call
+
+
+def small(variant: measure.Variant, batch: int, name: str) -> Callable[[], str]:
+    """``workloads.py``'s small models, whose calls are short enough that the host's work
+    before the launch shows."""
+    model, (x,) = workloads.model_and_inputs(name, variant.device)
+    return inference(variant, workloads.first_output(model), x)
 
 
 @dataclass(frozen=True)
@@ -266,20 +267,101 @@ class Client:
 
 
 CLIENTS: dict[str, Client] = {
-    "generate_lazy": Client(generate("lazy"), 1, 20, 12),
-    "generate_early": Client(generate("early"), 1, 20, 12),
-    "generate_hf": Client(generate("hf"), 1, 100, 12),
-    "generate_hf_b4": Client(generate("hf"), 4, 100, 12),
-    "adamw": Client(adamw(compiled_step=False), 8, 40),
-    "adamw_compiled_step": Client(adamw(compiled_step=True), 8, 40),
-    "grad_accumulation": Client(lambda v, b: grad_accumulation(v, b, 20), 8, 20 + STEADY_CALLS),
+    "generate_lazy": Client(partial(generate, way="lazy"), 1, 20, 12),
+    "generate_early": Client(partial(generate, way="early"), 1, 20, 12),
+    "generate_hf": Client(partial(generate, way="hf"), 1, 100, 12),
+    "generate_hf_b4": Client(partial(generate, way="hf"), 4, 100, 12),
+    "adamw": Client(partial(adamw, compiled_step=False), 8, 40),
+    "adamw_compiled_step": Client(partial(adamw, compiled_step=True), 8, 40),
+    "grad_accumulation": Client(partial(grad_accumulation, checked=20), 8, 30),
     "train_two_shapes": Client(train_two_shapes, 64, 40),
     "several_models": Client(several_models, 8, 3),
     "resnet18_b8": Client(resnet18, 8, 60),
     "resnet18_b64": Client(resnet18, 64, 60),
     "bert_b1": Client(bert, 1, 60),
     "bert_b16": Client(bert, 16, 60),
+    **{f"{name}_small": Client(partial(small, name=name), 1, 60) for name in workloads.MODELS},
 }
+# The clients whose two copies can run in one process (``generate`` compiles inside
+# transformers, ``several_models`` resets every tree).
+PAIRABLE = (
+    "adamw", "train_two_shapes", "resnet18_b8", "resnet18_b64", "bert_b1", "bert_b16",
+    *(f"{name}_small" for name in workloads.MODELS),
+)  # fmt: skip
+PAIRED_WARMUP_CALLS, PAIRED_BLOCK = 10, 20
+
+
+def call_ours(fn, *args):
+    return fn(*args)
+
+
+def call_upstream(fn, *args):
+    return fn(*args)
+
+
+class PairedSide(measure.Variant):
+    """One side of ``--paired``: everything it compiles goes through an entry function of its
+    own, as Dynamo caches compiled code per code object, so the sides never share it."""
+
+    def compile(self, fn: Callable, **options) -> Callable:
+        entry = torch.compile(call_ours if self.ours else call_upstream, mode="reduce-overhead")
+        return lambda *args: entry(fn, *args)
+
+
+def run_paired(name: str, calls: int, ours: str) -> dict:
+    """The client built twice from one seed, ours and upstream's, their calls alternating."""
+    import inductor_xpugraph
+
+    client, sides, warm_results = CLIENTS[name], {}, {}
+    for side_name in (ours, "upstream"):
+        # Code is generated at the first call: each copy compiles (and warms up) while its
+        # implementation is the one registered for cuda.
+        side = PairedSide(side_name, "cuda").select()
+        call = client.build(side, client.batch)
+        for _ in range(PAIRED_WARMUP_CALLS):
+            warm_results[side_name] = call()
+        sides[side_name] = side, call
+    inductor_xpugraph.disable("cuda")
+    times: dict[str, list[float]] = {side_name: [] for side_name in sides}
+    for _ in range(calls):
+        for side_name, (_, call) in sides.items():
+            start = time.perf_counter()
+            call()
+            times[side_name].append(time.perf_counter() - start)
+    mine, theirs = times[ours], times["upstream"]
+    blocks = [
+        statistics.median(theirs[i : i + PAIRED_BLOCK])
+        / statistics.median(mine[i : i + PAIRED_BLOCK])
+        for i in range(0, calls - PAIRED_BLOCK + 1, PAIRED_BLOCK)
+    ]
+    return {
+        "client": name, "calls": calls,
+        "ours_ms": statistics.median(mine) * 1e3, "upstream_ms": statistics.median(theirs) * 1e3,
+        "speedup": statistics.median(theirs) / statistics.median(mine),
+        "block_range": [min(blocks), max(blocks)],
+        # After the warmup calls: a long training run may drift apart in the last digits,
+        # as kernels that accumulate with atomics need not add in one order.
+        "results_equal": warm_results[ours] == warm_results["upstream"],
+        "graphs": {side_name: side.counters() for side_name, (side, _) in sides.items()},
+    }  # fmt: skip
+
+
+def paired(args) -> None:
+    import inductor_xpugraph
+
+    print(measure.header(f"Paired, ours = {args.paired}", "cuda"))
+    print("| client | ours ms | upstream ms | speedup | per-block range | results equal | graphs |")
+    print("|---" * 7 + "|")
+    rows = []
+    for name in args.clients:
+        rows.append(row := run_paired(name, args.calls or 300, args.paired))
+        low, high = row["block_range"]
+        cells = [f"{row['ours_ms']:.3f}", f"{row['upstream_ms']:.3f}", f"{row['speedup']:.3f}x"]
+        cells += [f"{low:.2f}-{high:.2f}x", str(row["results_equal"]), str(row["graphs"])]
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+        measure.write_json(args.out, rows)
+        inductor_xpugraph.reset()
+        torch._dynamo.reset()
 
 
 def run_one(client_name: str, variant_name: str, device: str, calls: int | None) -> dict:
@@ -324,14 +406,9 @@ def report(rows: list[dict], device: str) -> None:
         if "error" in row:
             print(f"| {row['client']} | {row['variant']} | error: {row['error']} |" + " |" * 7)
             continue
-        steady = (
-            f"{row['tokens_per_s']:.0f} tok/s"
-            if "tokens_per_s" in row
-            else f"{row['steady_ms']:.2f} ms"
-        )
-        memory = (
-            f"{row['peak_mib']:.0f} / {row['peak_reserved_mib']:.0f}" if "peak_mib" in row else "-"
-        )
+        rate, peak = row.get("tokens_per_s"), row.get("peak_mib")
+        steady = f"{rate:.0f} tok/s" if rate else f"{row['steady_ms']:.2f} ms"
+        memory = "-" if peak is None else f"{peak:.0f} / {row['peak_reserved_mib']:.0f}"
         cells = [row["client"], row["variant"], steady, f"{row['first_ms'] / 1e3:.1f}"]
         cells += [f"{row['second_ms']:.0f}", memory, str(row.get("after_mib", "-")), row["result"]]
         cells += [str(row.get("steady_records", "-")), str(row.get("graphs") or "-")]
@@ -351,18 +428,27 @@ def report(rows: list[dict], device: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=list(CLIENTS))
-    parser.add_argument(
-        "--variants", nargs="*", default=list(measure.VARIANTS), choices=measure.VARIANTS
-    )
-    parser.add_argument("--device", default=measure.default_device())
-    parser.add_argument("--calls", type=int, default=None, help="override every client's")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--child", nargs=2, metavar=("CLIENT", "VARIANT"), help=argparse.SUPPRESS)
+    add, variants = parser.add_argument, measure.VARIANTS
+    add("--clients", nargs="*", default=None, choices=list(CLIENTS))
+    add("--variants", nargs="*", default=list(variants), choices=variants)
+    add("--paired", nargs="?", const="ours", choices=("ours", "ours_portable"),
+        help="ours and upstream in one process, their calls alternating (cuda)")  # fmt: skip
+    add("--device", default=measure.default_device())
+    add("--calls", type=int, default=None, help="override every client's (--paired: 300)")
+    add("--out", default=None)
+    add("--child", nargs=2, metavar=("CLIENT", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_one(*args.child, args.device, args.calls)))
         return
+    if args.paired:
+        args.clients = args.clients or list(PAIRABLE)
+        unpairable = [name for name in args.clients if name not in PAIRABLE]
+        if unpairable:
+            parser.error(f"--paired runs {', '.join(PAIRABLE)}; not {', '.join(unpairable)}")
+        paired(args)
+        return
+    args.clients = args.clients or [name for name in CLIENTS if not name.endswith("_small")]
     variants = [v for v in args.variants if args.device == "cuda" or v != "upstream"]
     rows = []
     for client in args.clients:

@@ -5,10 +5,10 @@ then deletes it and calls ``torch._dynamo.reset()`` and ``gc.collect()``, and no
 
 The caller keeps only its latest result, as loops do. Samples (after a synchronize and
 ``gc.collect()``: resident host memory, Python objects, device memory allocated and reserved,
-our pool) are taken every tenth of a phase, or every round of churn. Reported: the growth per
-10,000 calls (per round) from the first sample, taken after warmup and record (after round 3),
-to the last, and over the second half alone, once the allocators' arenas have settled: a leak
-grows there too.
+our pool) are taken every tenth of a phase, the first after 3 calls (warmup and record; for
+churn, 3 rounds). Reported: the growth per 10,000 calls (per round for churn) from the first
+sample to the last, and over the second half alone, once the allocators' arenas have settled:
+a leak grows there too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import workloads  # noqa: E402
 VARIANTS = ("upstream", "ours", "ours_portable")
 PHASES = ("replays", "training", "churn")
 SAMPLES = 10
-CHURN_SETTLE_ROUNDS = 3
 
 
 def sample(device: str) -> dict[str, float]:
@@ -59,8 +58,9 @@ def growth(samples: list[dict], calls: int, per: int) -> dict[str, dict[str, flo
     }
 
 
-def soak(call, calls: int, device: str) -> dict:
-    """``call`` ``calls`` times after 3 calls of warmup and record, sampled SAMPLES+1 times."""
+def soak(call, calls: int, device: str, per: int = 10_000) -> dict:
+    """``call`` ``calls`` times after 3 calls (warmup and record; churn: the rounds that fill
+    the caches), sampled SAMPLES+1 times; the growth per ``per`` calls."""
     for _ in range(3):
         call()
     samples = [sample(device)]
@@ -71,37 +71,26 @@ def soak(call, calls: int, device: str) -> dict:
         samples.append(sample(device))
     done = calls // SAMPLES * SAMPLES
     row = {"calls": done, "seconds": time.perf_counter() - start, "last": samples[-1]}
-    return {**row, **growth(samples, done, 10_000)}
+    return {**row, **growth(samples, done, per)}
 
 
-def churn(variant: measure.Variant, rounds: int) -> dict:
-    device = variant.device
-
-    def one_round() -> None:
-        model = workloads.mlp(device)
-        compiled = variant.compile(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(64, 1024, device=device)
+def swap_model(variant: measure.Variant) -> None:
+    """One round of churn: a new model compiled, trained, run, deleted; Dynamo reset."""
+    model = workloads.mlp(variant.device)
+    compiled = variant.compile(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 1024, device=variant.device)
+    for _ in range(5):
+        compiled(x).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
         for _ in range(5):
-            compiled(x).square().mean().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-        with torch.no_grad():
-            for _ in range(5):
-                out = compiled(x)
-        assert torch.isfinite(out).all()
-        del model, compiled, optimizer, x, out
-        torch._dynamo.reset()
-        gc.collect()
-
-    start = time.perf_counter()
-    samples = []
-    for _ in range(rounds):
-        one_round()
-        samples.append(sample(device))
-    settled = samples[CHURN_SETTLE_ROUNDS - 1 :]
-    row = {"calls": rounds, "seconds": time.perf_counter() - start, "last": samples[-1]}
-    return {**row, "after_settling": settled[0], **growth(settled, len(settled) - 1, 1)}
+            out = compiled(x)
+    assert torch.isfinite(out).all()
+    del model, compiled, optimizer, x, out
+    torch._dynamo.reset()
+    gc.collect()
 
 
 def run_variant(args) -> dict:
@@ -134,14 +123,14 @@ def run_variant(args) -> dict:
     if "churn" in args.phases:
         del small, compiled, model, opt
         torch._dynamo.reset()
-        row["churn"] = churn(variant, args.rounds)
+        row["churn"] = soak(lambda: swap_model(variant), args.rounds, args.device, per=1)
     row["graphs"] = variant.counters()
     return row
 
 
 def report(rows: list[dict], device: str) -> None:
     print(measure.header("Soak", device))
-    print("Growth per 10,000 calls (churn: per round after round 3), whole phase / second half.")
+    print("Growth per 10,000 calls (churn: per round), whole phase / second half.")
     keys = (("rss_mib", ".2f"), ("objects", ".0f"), ("device_mib", ".3f"),
             ("reserved_mib", ".3f"), ("pool_mib", ".3f"))  # fmt: skip
     print("| variant | phase | calls | s | RSS MiB | objects | device MiB | reserved MiB "
@@ -153,9 +142,8 @@ def report(rows: list[dict], device: str) -> None:
             continue
         for phase in [p for p in PHASES if p in row]:
             r = row[phase]
-            cells = [
-                f"{r['growth'][k]:+{spec}} / {r['late_growth'][k]:+{spec}}" for k, spec in keys
-            ]
+            whole, late = r["growth"], r["late_growth"]
+            cells = [f"{whole[k]:+{spec}} / {late[k]:+{spec}}" for k, spec in keys]
             end = r["last"]
             at_end = f"{end['rss_mib']:.0f}, {end['device_mib']:.1f}, {end['reserved_mib']:.1f}"
             head = f"| {row['variant']} | {phase} | {r['calls']} | {r['seconds']:.1f} | "
@@ -166,15 +154,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replays", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=5_000)
-    parser.add_argument("--rounds", type=int, default=20, help="churn rounds (at least 5)")
+    parser.add_argument("--rounds", type=int, default=20, help=f"churn rounds (≥ {SAMPLES})")
     parser.add_argument("--phases", nargs="*", default=list(PHASES), choices=PHASES)
     parser.add_argument("--device", default=measure.default_device())
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.rounds < CHURN_SETTLE_ROUNDS + 2:
-        parser.error(f"--rounds must be at least {CHURN_SETTLE_ROUNDS + 2}")
+    if min(args.replays, args.steps, args.rounds) < SAMPLES:
+        parser.error(f"--replays, --steps and --rounds take at least {SAMPLES}")
     if args.child:
         print(json.dumps(run_variant(args)))
         return

@@ -1,4 +1,4 @@
-"""The small workloads the latency suite times and ``paired.py`` pairs: random weights,
+"""The small workloads ``latency.py`` times and ``real_clients.py`` pairs: random weights,
 nothing downloaded.
 
 A workload is ``workload(device) -> (make_step, make_inputs)``: ``make_step(compile)`` builds
@@ -10,7 +10,6 @@ the training clients' models and loss.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -113,47 +112,37 @@ def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     )
 
 
-def mlp(device: str, width: int = 1024, layers: int = 4) -> torch.nn.Module:
+def mlp(device: str | torch.device, width: int = 1024, layers: int = 4) -> torch.nn.Module:
     torch.manual_seed(0)
     blocks = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.GELU())]
     return torch.nn.Sequential(*blocks).to(device)
 
 
-def _gpt2(device):
-    from transformers import GPT2Config, GPT2Model
-
-    config = GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=5000, n_positions=128)
-    return GPT2Model(config).to(device).eval()
-
-
-def _bert(device):
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(
-        hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512
-    )
-    return BertModel(config).to(device).eval()
-
-
-def _resnet18(device):
-    import torchvision
-
-    return torchvision.models.resnet18(weights=None).to(device).eval()
-
-
-# Small inference models, whose synchronized calls are short enough that the host's work
-# before the launch shows: (build, inputs).
-MODELS: dict[str, tuple[Callable[[str], Any], Callable[[str], tuple]]] = {
-    "gpt2": (_gpt2, lambda d: (torch.randint(0, 5000, (1, 32), device=d),)),
-    "bert": (_bert, lambda d: (torch.randint(0, 30000, (2, 48), device=d),)),
-    "resnet18": (_resnet18, lambda d: (torch.randn(1, 3, 64, 64, device=d),)),
-}
+MODELS = ("gpt2", "bert", "resnet18")
 
 
 def model_and_inputs(name: str, device: str) -> tuple[torch.nn.Module, tuple]:
-    build, make_inputs = MODELS[name]
+    """A small inference model of ``MODELS``, whose synchronized calls are short enough that
+    the host's work before the launch shows, and its inputs."""
     torch.manual_seed(0)
-    return build(device), make_inputs(device)
+    if name == "resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(weights=None)
+        return model.to(device).eval(), (torch.randn(1, 3, 64, 64, device=device),)
+    import transformers
+
+    if name == "gpt2":
+        config = transformers.GPT2Config(
+            n_layer=4, n_head=4, n_embd=256, vocab_size=5000, n_positions=128
+        )
+        model, shape, vocab = transformers.GPT2Model(config), (1, 32), 5000
+    else:
+        config = transformers.BertConfig(
+            hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512
+        )
+        model, shape, vocab = transformers.BertModel(config), (2, 48), 30000
+    return model.to(device).eval(), (torch.randint(0, vocab, shape, device=device),)
 
 
 def first_output(model: torch.nn.Module) -> Callable[..., torch.Tensor]:

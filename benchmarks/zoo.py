@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
+import measure  # noqa: E402
 import zoo_measure  # noqa: E402
 import zoo_models  # noqa: E402
 from measure import REPO_ROOT, default_device, git_commit  # noqa: E402
@@ -47,13 +48,9 @@ def select_models(
     """The models of ``suites`` whose name matches ``pattern`` (the heavy ones only with
     ``heavy`` or a pattern), then every N-th from the K-th (``shard`` = (K, N)): the suites
     interleave across shards."""
-    names = [
-        name
-        for name, spec in zoo_models.MODELS.items()
-        if spec.suite in suites
-        and (pattern is None or re.search(pattern, name))
-        and (heavy or pattern is not None or not spec.heavy)
-    ]
+    every, specs = heavy or pattern is not None, zoo_models.MODELS.items()
+    names = [name for name, spec in specs if spec.suite in suites and (every or not spec.heavy)]
+    names = [name for name in names if pattern is None or re.search(pattern, name)]
     k, n = shard
     return names[k - 1 :: n]
 
@@ -219,9 +216,7 @@ def run_zoo(args, models: list[str], impls: list[str], meta: dict[str, Any]) -> 
 
 
 def write_json(path: str, meta: dict[str, Any], rows: list[dict]) -> None:
-    data = {"meta": meta, "rows": rows, "summary": summarize(rows)}
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1)
+    measure.write_json(path, {"meta": meta, "rows": rows, "summary": summarize(rows)})
 
 
 def merge(paths: list[str]) -> tuple[dict[str, Any], list[dict]]:
@@ -236,10 +231,7 @@ def merge(paths: list[str]) -> tuple[dict[str, Any], list[dict]]:
         if not meta:
             meta = {**part, "shards": []}
         meta["shards"].append({"file": path, **{k: part.get(k) for k in ("shard", "wall_s")}})
-        meta["skipped_models"] = {
-            **meta.get("skipped_models", {}),
-            **part.get("skipped_models", {}),
-        }
+        meta["skipped_models"] = meta.get("skipped_models", {}) | part.get("skipped_models", {})
         for row in data["rows"]:
             if part.get("commit"):
                 row.setdefault("commit", part["commit"])
@@ -259,45 +251,30 @@ def emit(args, meta: dict[str, Any], rows: list[dict]) -> None:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", choices=("cuda", "xpu", "cpu"), default=None)
-    parser.add_argument("--models", default=None, help="a regular expression on model names")
-    parser.add_argument(
-        "--suite",
-        default="hf,timm,torchvision",
-        help="comma list of " + ", ".join(zoo_models.SUITES),
-    )
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument(
-        "--impls", default=None, help="comma list; default: DEFAULT_IMPLS of the device"
-    )
-    parser.add_argument("--list", action="store_true", help="print the models and exit")
-    parser.add_argument("--heavy", action="store_true", help="also the models marked heavy")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--calls", type=int, default=6, help="calls checked against eager")
-    parser.add_argument("--timed-calls", type=int, default=10, help="calls per timing repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=max(1, min(8, os.cpu_count() or 1)))
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per process")
-    parser.add_argument(
-        "--deadline", type=float, default=None, help="start no process after this many seconds"
-    )
-    parser.add_argument("--shard", type=parse_shard, default=(1, 1), metavar="K/N")
-    parser.add_argument("--out", default=None, help="JSON: meta, rows, summary")
-    parser.add_argument(
-        "--resume", default=None, metavar="JSON", help="keep its rows; run only the rest"
-    )
-    parser.add_argument("--markdown", default=None, help="also write the tables here")
-    parser.add_argument(
-        "--commit", default=None, help="the commit to report (default: git's HEAD of this tree)"
-    )
-    parser.add_argument(
-        "--summarize", nargs="+", metavar="JSON", help="merge runs, print the summary"
-    )
-    parser.add_argument(
-        "--child", nargs=3, metavar=("MODEL", "MODE", "IMPL"), help=argparse.SUPPRESS
-    )
-    parser.add_argument("--lock", default=None, help=argparse.SUPPRESS)
+    add = parser.add_argument
+    add("--device", choices=("cuda", "xpu", "cpu"), default=None)
+    add("--models", default=None, help="a regular expression on model names")
+    add("--suite", default="hf,timm,torchvision", help=f"comma list of {zoo_models.SUITES}")
+    add("--modes", default=",".join(MODES))
+    add("--impls", default=None, help="comma list; default: DEFAULT_IMPLS of the device")
+    add("--list", action="store_true", help="print the models and exit")
+    add("--heavy", action="store_true", help="also the models marked heavy")
+    add("--dtype", choices=("fp32", "bf16"), default="fp32")
+    add("--batch", type=int, default=4)
+    add("--calls", type=int, default=6, help="calls checked against eager")
+    add("--timed-calls", type=int, default=10, help="calls per timing repeat")
+    add("--repeats", type=int, default=3)
+    add("--jobs", type=int, default=max(1, min(8, os.cpu_count() or 1)))
+    add("--timeout", type=float, default=300.0, help="seconds per process")
+    add("--deadline", type=float, default=None, help="start no process after this many s")
+    add("--shard", type=parse_shard, default=(1, 1), metavar="K/N")
+    add("--out", default=None, help="JSON: meta, rows, summary")
+    add("--resume", default=None, metavar="JSON", help="keep its rows; run only the rest")
+    add("--markdown", default=None, help="also write the tables here")
+    add("--commit", default=None, help="the commit to report (default: this tree's HEAD)")
+    add("--summarize", nargs="+", metavar="JSON", help="merge runs, print the summary")
+    add("--child", nargs=3, metavar=("MODEL", "MODE", "IMPL"), help=argparse.SUPPRESS)
+    add("--lock", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         args.suites = split_list(args.suite, zoo_models.SUITES, "suite")

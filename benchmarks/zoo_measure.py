@@ -1,26 +1,15 @@
-"""One (model, mode, implementation) of the zoo, measured in this process; ``zoo.py`` starts one
-process per row. The row, a dict, is printed as the last line of stdout.
-
-In order:
-1. **references**: eager on a copy of the model, ``--calls`` calls, each with fresh inputs
-   (call i's inputs come from a generator seeded with 1000 + i), then the same on a float64
-   copy; results (training: the loss and every parameter's gradient) kept on the host;
-2. peak memory statistics reset; the implementation built on the model;
-3. **correctness**: the same ``--calls`` calls with the same inputs. As PyTorch's dashboard
-   judges accuracy, a tensor's error is its relative RMS difference from the float64 result,
-   and it passes within ``MULTIPLIER`` × eager's own error plus the tolerance of the dtype and
-   mode (a stale or wrong graph output is off by about 1). The first three calls (warmup,
-   record, first replay), each synchronized, are the compile time;
-4. **timing**, holding the parent's lock, every other process of the run paused (``exclusive``):
-   ``--timed-calls`` calls with the first call's inputs, back to back with one synchronize
-   (pipelined), then synchronized after each call; the median of ``--repeats``;
-5. **graphs replaying**: one more call under the profiler (after the timing, which it could
-   slow down), counting graph launches (``cudaGraphLaunch`` on cuda; on xpu, events with a
-   graph launch's name). The CPU emulator is not visible to the profiler: there the count is
-   ``stats()["replays"]`` over the call;
-6. peak allocated and reserved memory over steps 2-5 (none on the CPU), from a start without
-   cuBLAS workspaces (the references' are freed before step 2).
-
+"""One (model, mode, implementation) of the zoo, measured in this process (``zoo.py`` starts one
+process per row); the row, a dict, is the last line of stdout. In order:
+1. **references**: eager on a copy of the model, ``--calls`` calls with fresh inputs (call i's
+   from a generator seeded with 1000 + i), then the same on a float64 copy, kept on the host;
+2. **correctness**: the implementation built from a start without cuBLAS workspaces, the same
+   calls judged as PyTorch's dashboard judges accuracy: a tensor's error is its relative RMS
+   difference from the float64 result, and passes within ``MULTIPLIER`` × eager's own error
+   plus the tolerance of the dtype and mode (a stale or wrong output is off by about 1). The
+   first three calls (warmup, record, first replay), each synchronized, are the compile time;
+3. **timing**, holding the parent's lock with every other process paused (``exclusive``):
+   pipelined and synchronized (``measure.per_call_us``) on the first call's inputs;
+4. **graph launches** in one more call (``measure.graph_launches``), then peak memory.
 A training call is forward, loss, backward, gradients set to None (no optimizer step).
 """
 
@@ -144,15 +133,11 @@ def compare(
     got: list[torch.Tensor], eager: list[torch.Tensor], precise: list[torch.Tensor], tol: float
 ) -> dict[str, Any]:
     """One call's result against eager's and the float64 reference's (``precise``; eager's own
-    where there is none), tensor by tensor.
-
-    A tensor's error is its RMS difference from the float64 reference, relative to its own
-    RMS or to ``FLOOR`` × the median tensor's, whichever is larger; it passes within
-    ``MULTIPLIER`` × eager's own error plus ``tol``, as PyTorch's dashboard judges accuracy
-    (there with absolute RMS errors). Returns the worst tensor: its
-    index, error, eager's error and its ``score`` (error / allowance: above 1 fails), and the
-    largest absolute difference from eager.
-    """
+    where there is none), tensor by tensor: a tensor's error is its RMS difference from the
+    reference, relative to its own RMS or to ``FLOOR`` × the median tensor's, whichever is
+    larger. Returns the worst tensor: its index, error, eager's error, its ``score`` (error
+    over ``MULTIPLIER`` × eager's error + ``tol``: above 1 fails), and the largest absolute
+    difference from eager."""
     if not len(got) == len(eager) == len(precise):
         raise AssertionError(f"{len(got)} tensors against eager's {len(eager)}")
     worst = {"score": 0.0, "error": 0.0, "eager_error": 0.0, "at": 0, "abs_vs_eager": 0.0}
@@ -185,14 +170,11 @@ def references(runner: Runner, model, inputs: list[dict], dtype) -> list[list[to
 
 @contextlib.contextmanager
 def exclusive(lock_path: str | None):
-    """Hold the parent's timing lock (an flock on a file) with every other process of the run
-    paused; yields the seconds waited for the lock.
-
-    A lock alone kept two processes from timing at once, but not the others' compiles from
-    taking the CPU and their calls the GPU while one timed: eager's launch-bound times came
-    out 4× slower than alone. So the holder stops the other processes' groups (the parent
-    lists them in ``<lock>.groups`` and starts no process while the lock is held) and
-    continues them after; the parent continues them too when any process ends."""
+    """Hold the parent's timing lock (an flock) with every other process of the run paused;
+    yields the seconds waited. A lock alone kept two processes from timing at once but not the
+    others' compiles from taking the CPU and their calls the GPU (eager's launch-bound times
+    came out 4× slower than alone), so the holder stops the other processes' groups (the
+    parent lists them in ``<lock>.groups``) and continues them after."""
     if not lock_path:
         yield 0.0
         return
@@ -270,8 +252,7 @@ def _measure(args, row: dict[str, Any]) -> None:
     if missing:
         raise Skipped(missing)
     device, training = args.device, args.mode == "training"
-    variant = Variant(args.impl, device)
-    variant.select()
+    variant = Variant(args.impl, device).select()
     enter_phase(row, "build")
     torch.manual_seed(0)
     workload = spec.build(args.batch)
@@ -314,9 +295,8 @@ def _measure(args, row: dict[str, Any]) -> None:
         result = compare(got, eager[i], precise[i], tol)
         if worst["score"] == worst["score"] and not result["score"] <= worst["score"]:
             worst = {**result, "call": i}  # the largest score; the first NaN stays
-        row["max_abs_error_vs_eager"] = max(
-            row.get("max_abs_error_vs_eager", 0.0), result["abs_vs_eager"]
-        )
+        largest = max(row.get("max_abs_error_vs_eager", 0.0), result["abs_vs_eager"])
+        row["max_abs_error_vs_eager"] = largest
     row["first_calls_s"] = [round(t, 3) for t in first_calls]
     row["compile_s"] = round(sum(first_calls), 3)
     row["max_error"], row["eager_error"] = worst.get("error", 0.0), worst.get("eager_error", 0.0)

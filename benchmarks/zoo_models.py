@@ -1,16 +1,12 @@
-"""The zoo's models: Hugging Face transformers, timm and torchvision models built from their
-configurations with random weights (nothing is downloaded), and smoke models for the CPU test.
+"""The zoo's models, built from their configurations with random weights (nothing downloaded).
 
-A builder takes the batch size and returns a ``Workload``:
-- ``model``: on the CPU in float32, with dropout, drop-path, stochastic depth, layer drop and
-  SpecAugment off, so that eager and compiled runs of the same inputs compute the same thing;
-- ``make_inputs(generator)``: fresh inputs, a dict of tensors made on the generator's device.
-  Keys that start with ``_`` are training targets, not passed to the model;
-- ``loss(output, inputs)``: the training loss, in float32 (float64 for a float64 model).
-
-Sizes are moderate, so that compiling dominates and stays at seconds: Hugging Face models have
-2 layers (2 + 2 for encoder-decoders), width 256, 4 heads, a vocabulary of 8192 and 128
-tokens; images are 224 × 224; timm and torchvision models are the libraries' own.
+A builder takes the batch size and returns a ``Workload``: the ``model`` (float32, on the CPU,
+with dropout, drop-path, stochastic depth, layer drop and SpecAugment off, so that eager and
+compiled runs compute the same thing); ``make_inputs(generator)``, fresh inputs on the
+generator's device (keys starting with ``_`` are training targets); ``loss(output, inputs)``.
+Hugging Face models have 2 layers (2 + 2 for encoder-decoders), width 256, 4 heads, a
+vocabulary of 8192 and 128 tokens; images are 224 × 224; timm and torchvision models are the
+libraries' own. The smoke models are the CPU test's.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class InputBuffers:
 
 # The per-replay input copy is specialised once, at record time, for what the graph has:
 # most graphs have zero or one copied input, and a replay of ``x + 1`` is dominated by this
-# Python (measured by benchmarks/replay_path.py).
+# Python (measured by ``benchmarks/latency.py --breakdown``).
 
 
 def input_copier(

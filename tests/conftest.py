@@ -15,6 +15,11 @@ import warnings
 os.environ.setdefault(
     "TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor_xpugraph_tests_")
 )
+# Before torch reads it, and inherited by the fresh processes tests start: Inductor's CPU
+# vector-ISA probe compiles and loads a test program per instruction set in every process
+# with a new cache (10-15 s of a fresh process on 2 cores); the suite takes the ISAs
+# /proc/cpuinfo lists, which is what the probe confirms.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 import pytest
 import torch

@@ -442,6 +442,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run_one(*args.child, args.device, args.calls)))
         return
     if args.paired:
+        if not torch.cuda.is_available():
+            parser.error("--paired runs beside upstream's CUDA Graph Trees: it needs cuda")
         args.clients = args.clients or list(PAIRABLE)
         unpairable = [name for name in args.clients if name not in PAIRABLE]
         if unpairable:

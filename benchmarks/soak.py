@@ -48,16 +48,6 @@ def sample(device: str) -> dict[str, float]:
     }
 
 
-def growth(samples: list[dict], calls: int, per: int) -> dict[str, dict[str, float]]:
-    """Growth per ``per`` calls, whole phase and second half."""
-    first, middle, last = samples[0], samples[len(samples) // 2], samples[-1]
-    half = calls * (len(samples) - 1 - len(samples) // 2) / (len(samples) - 1)
-    return {
-        "growth": {k: (last[k] - first[k]) * per / calls for k in first},
-        "late_growth": {k: (last[k] - middle[k]) * per / half for k in first},
-    }
-
-
 def soak(call, calls: int, device: str, per: int = 10_000) -> dict:
     """``call`` ``calls`` times after 3 calls (warmup and record; churn: the rounds that fill
     the caches), sampled SAMPLES+1 times; the growth per ``per`` calls."""
@@ -70,8 +60,12 @@ def soak(call, calls: int, device: str, per: int = 10_000) -> dict:
             call()
         samples.append(sample(device))
     done = calls // SAMPLES * SAMPLES
-    row = {"calls": done, "seconds": time.perf_counter() - start, "last": samples[-1]}
-    return {**row, **growth(samples, done, per)}
+    first, middle, last = samples[0], samples[SAMPLES // 2], samples[-1]  # SAMPLES is even
+    return {
+        "calls": done, "seconds": time.perf_counter() - start, "last": last,
+        "growth": {k: (last[k] - first[k]) * per / done for k in last},
+        "late_growth": {k: (last[k] - middle[k]) * per / (done / 2) for k in last},
+    }  # fmt: skip
 
 
 def swap_model(variant: measure.Variant) -> None:

@@ -188,6 +188,56 @@ def test_a_stream_that_waits_for_an_ended_recording_joins_its_graph_while_it_exi
     assert not later.is_capturing() and not waiting.is_capturing()
 
 
+def test_a_stream_that_waits_for_an_event_of_a_captured_xpugraph_joins_it_while_it_lives():
+    """After a successful capture torch keeps only the executable graph, which holds the SYCL
+    graph: a stream that waits for an event recorded during the capture joins the recording
+    while the XPUGraph lives, and its work is never run (measured on Intel's runtime:
+    scenario_executable_graph_keeps_its_recording_joinable)."""
+    device = stand_in()
+    captured_on, waiting = device.Stream(), device.Stream()
+    graph = device.XPUGraph()
+    with device.stream(captured_on):
+        graph.capture_begin()
+        event = captured_on.record_event()
+        graph.capture_end()
+    assert not captured_on.is_capturing()
+    waiting.wait_event(event)
+    assert waiting.is_capturing()
+    graph.reset()
+    assert not waiting.is_capturing()
+
+
+def test_waiting_on_an_event_of_a_graph_destroyed_while_recording_returns():
+    """``event.wait()`` throws for a node's event while its graph exists, and returns once the
+    graph is gone (measured on Intel's runtime)."""
+    device = stand_in()
+    stream = device.Stream()
+    graph = sycl.CommandGraph()
+    graph.begin_recording(stream.queue)
+    event = stream.record_event()
+    with pytest.raises(sycl.SyclError, match="wait method cannot be used"):
+        event.synchronize()
+    graph.release()
+    event.synchronize()
+
+
+def test_a_recording_queue_that_depends_on_another_graphs_node_throws_sycls_text():
+    """A queue recording into one graph, waiting for a node of another graph that exists:
+    "Cannot submit to a recording queue with a dependency from a different graph." (measured
+    on Intel's runtime); once that graph is gone, the dependency is an outside event."""
+    device = stand_in()
+    first, second = device.Stream(), device.Stream()
+    first_graph, second_graph = sycl.CommandGraph(), sycl.CommandGraph()
+    first_graph.begin_recording(first.queue)
+    second_graph.begin_recording(second.queue)
+    event = first.record_event()
+    with pytest.raises(sycl.SyclError, match="dependency from a different graph"):
+        second.wait_event(event)
+    first_graph.release()
+    with pytest.raises(sycl.SyclError, match=sycl.BARRIER_ON_OUTSIDE_EVENT):
+        second.wait_event(event)
+
+
 def test_destroying_a_failed_xpugraph_returns_its_queue_to_executing():
     """``~XPUGraph`` destroys its SYCL graph, and a queue still recording into a graph whose
     last handle is gone executes again (measured on Intel's runtime)."""

@@ -16,13 +16,20 @@ runtime did on the CPU (intel-sycl-rt and intel-opencl-rt 2026.2.0 on the OpenCL
 - A node may depend only on nodes of its own graph: a dependency on any other event throws
   ("Graph nodes cannot depend on events from outside the graph."), whether or not that event
   has completed.
+- A node may depend only on nodes of its own graph. A recording queue that submits with a
+  dependency on a node of another graph that still exists throws "Cannot submit to a recording
+  queue with a dependency from a different graph."; on any other event (eager, or of a graph
+  gone) "Graph nodes cannot depend on events from outside the graph.", whether or not that
+  event has completed (both seen on the CPU runtime).
+- A graph exists while a handle of it does: a modifiable ``command_graph`` or an executable
+  one made from it by ``finalize`` (the executable graph holds the graph; seen on the CPU
+  runtime). torch keeps only the executable graph after a capture.
 - A queue that executes and submits work depending on a node's event *joins* that node's
   graph: no error, it records into the graph from then on (its work runs only when the graph
   does). This holds for as long as the graph exists, after its recording ended and after
-  ``finalize`` too (seen on the CPU runtime); only once its last handle is gone is such a
-  dependency harmless.
+  ``finalize`` too; only once the graph is gone is such a dependency harmless.
 - Host waits: ``queue.wait()`` on a recording queue throws; so does ``event.wait()`` on a
-  node's event.
+  node's event while the node's graph exists (it returns once the graph is gone).
 
 In-order queues only (torch's XPU streams are in-order queues): a submission runs after the
 queue's earlier ones, which here means at once.
@@ -45,6 +52,9 @@ BARRIER_ON_OUTSIDE_EVENT = (
     "Event dependency from handler::depends_on does not correspond to a node within the graph"
 )
 END_FOR_OTHER_GRAPH = "end_recording called for a queue which is recording to a different graph."
+DEPENDS_ON_OTHER_GRAPH = (
+    "Cannot submit to a recording queue with a dependency from a different graph."
+)
 WAIT_ON_NODE_EVENT = "wait method cannot be used for an event associated with a command graph."
 NO_DEVICE_WAIT = "Device does not support aspect::ext_oneapi_device_wait."
 
@@ -68,17 +78,31 @@ class Event:
         return True
 
     def wait(self) -> None:
-        if self.node_of is not None:
+        if self.node_of is not None and not self.node_of.destroyed:
             raise SyclError(WAIT_ON_NODE_EVENT)
 
 
 class _GraphState:
-    """A modifiable graph itself, which its handles (``CommandGraph``) share."""
+    """A graph itself, which its handles share: modifiable ones (``CommandGraph``) and the
+    executable graphs ``finalize`` made of it (``ExecutableGraph``). It is destroyed with
+    the last of them."""
 
     def __init__(self) -> None:
         self.nodes: list[Kernel] = []
         self.recording_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
         self.destroyed = False
+        self._handles = 0
+
+    def held_by(self, handle: object) -> Callable[[], None]:
+        """Count ``handle`` as one of the graph's; returns what lets it go (at most once; also
+        run when ``handle`` is collected)."""
+        self._handles += 1
+        return weakref.finalize(handle, self._let_go)
+
+    def _let_go(self) -> None:
+        self._handles -= 1
+        if self._handles == 0:
+            _destroy(self)
 
     def stop_recording(self, queue: Queue) -> None:
         queue._recording_into = None
@@ -120,7 +144,11 @@ class Queue:
                 joined.recording_queues.add(self)
                 self._recording_into = graph = joined
         if graph is not None:
-            if any(event.node_of is not graph for event in depends_on):
+            for event in depends_on:
+                if event.node_of is graph:
+                    continue
+                if event.node_of is not None and not event.node_of.destroyed:
+                    raise SyclError(DEPENDS_ON_OTHER_GRAPH)  # seen on the CPU
                 raise SyclError(outside)  # spec; seen on the CPU
             graph.nodes.append(kernel)
             return Event(node_of=graph)
@@ -149,10 +177,11 @@ def _live_graph_of(events: Sequence[Event]) -> _GraphState | None:
 
 class ExecutableGraph:
     """``command_graph<graph_state::executable>``: the nodes at ``finalize``, run in order at
-    each submission."""
+    each submission. It holds its graph (``_GraphState``) until ``release`` or collection."""
 
-    def __init__(self, nodes: list[Kernel]) -> None:
-        self._nodes = list(nodes)
+    def __init__(self, state: _GraphState) -> None:
+        self._nodes = list(state.nodes)
+        self.release = state.held_by(self)
 
     def _run(self) -> None:
         for node in self._nodes:
@@ -160,13 +189,14 @@ class ExecutableGraph:
 
 
 class CommandGraph:
-    """A handle of a modifiable ``command_graph``. The graph lives while a handle does; when
-    the last goes (``release`` or garbage collection), every queue recording into it returns
-    to executing, and what they recorded is dropped (seen on the CPU runtime)."""
+    """A handle of a modifiable ``command_graph``. The graph lives while a handle of it does
+    (this one, or an executable graph made from it); when the last goes (``release`` or
+    garbage collection), every queue recording into it returns to executing, and what they
+    recorded is dropped (seen on the CPU runtime)."""
 
     def __init__(self) -> None:
         self._state = _GraphState()
-        weakref.finalize(self, _destroy, self._state)
+        self._let_go = self._state.held_by(self)
 
     def begin_recording(self, queue: Queue) -> None:
         if queue._recording_into is not None:
@@ -188,11 +218,11 @@ class CommandGraph:
         state.stop_recording(queue)
 
     def finalize(self) -> ExecutableGraph:
-        return ExecutableGraph(self._state.nodes)
+        return ExecutableGraph(self._state)
 
     def release(self) -> None:
         """Destroy this handle now (what ``del`` of the last reference does)."""
-        _destroy(self._state)
+        self._let_go()
 
     @property
     def recording_state(self) -> _GraphState:

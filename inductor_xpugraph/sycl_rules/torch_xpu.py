@@ -277,7 +277,6 @@ class XPUGraph:
         self.capture_ended = False
         self.sycl_graph: sycl.CommandGraph | None = None
         self.executable: sycl.ExecutableGraph | None = None
-        self.emulated: Any = None  # what replays (record_callable)
 
     def register_generator_state(self, generator: Any) -> None:
         state = getattr(generator, "state", None)
@@ -306,8 +305,8 @@ class XPUGraph:
 
     def record_callable(self, emulated: Any) -> Any:
         """Run the captured callable (``emulated``, an ``EmulatedGraph`` of it) once, as the
-        capture's run, and replay it at each replay."""
-        self.emulated = emulated
+        capture's run, and record its replay as a node of the graph: each replay runs it."""
+        self.capture_stream.queue.submit(emulated.replay)
         return emulated.capture()
 
     def capture_end(self) -> None:
@@ -329,9 +328,8 @@ class XPUGraph:
         failure = device._take_failure("finalize")
         if failure is not None:  # instantiate(): after the routing and the generator ended
             raise sycl.SyclError(failure)
-        emulated = self.emulated
-        self.executable = sycl.ExecutableGraph([emulated.replay] if emulated is not None else [])
-        self.sycl_graph = None  # instantiate(), then graph_.reset()
+        self.executable = self.sycl_graph.finalize()
+        self.sycl_graph = None  # instantiate(), then graph_.reset(): the executable graph holds it
 
     def replay(self) -> None:
         if not self.capture_ended:
@@ -346,9 +344,10 @@ class XPUGraph:
         if self.capture_ended:
             self.device.release_pool(0, self.pool_id)
             self.capture_ended = False
+        if self.executable is not None:
+            self.executable.release()  # the SYCL graph goes with it
         self.sycl_graph = None
         self.executable = None
-        self.emulated = None
 
     def __del__(self) -> None:
         try:

@@ -335,7 +335,7 @@ class Graph:
     def finalize(self) -> ExecGraph:
         handle = ctypes.c_void_p()
         self._rt._call("shim_graph_finalize", self._live(), ctypes.byref(handle))
-        return ExecGraph(handle)
+        return ExecGraph(self._rt, handle)
 
     def release(self) -> None:
         """Destroys this handle (the graph itself goes with its last handle)."""
@@ -344,10 +344,17 @@ class Graph:
 
 
 class ExecGraph:
-    """An executable command_graph. Its handle is kept until the process exits."""
+    """An executable command_graph. Its handle lives until ``release()`` (never collected)."""
 
-    def __init__(self, handle: ctypes.c_void_p):
-        self._handle = handle
+    def __init__(self, rt: Runtime, handle: ctypes.c_void_p):
+        self._rt, self._handle = rt, handle
+
+    def release(self) -> None:
+        """Destroys this handle: the executable graph goes with its last handle."""
+        if self._handle is None:
+            raise RuntimeError("this executable graph handle was released")
+        self._rt._shim.shim_handle_destroy(self._handle)
+        self._handle = None
 
 
 class _Captured:

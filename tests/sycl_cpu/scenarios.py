@@ -410,6 +410,138 @@ def scenario_device_wait(rt):
     return seen
 
 
+def scenario_executable_graph_keeps_its_recording_joinable(rt):
+    """torch keeps only the executable graph after a capture (the modifiable one is destroyed).
+    A queue that then submits with a dependency on an event recorded during the capture joins
+    the graph's recording for as long as the executable graph lives: its work never runs.
+    Once the executable graph is destroyed too, the queue executes again."""
+    seen = Observations()
+    a, b, counter = rt.new_queue(), rt.new_queue(), rt.new_counter()
+    graph = rt.new_graph(a)
+    graph.begin_recording(a)
+    recorded = a.submit(counter.increment)
+    graph.end_recording()
+    exec_graph = graph.finalize()
+    graph.release()
+    seen.note("A's state after the modifiable graph is destroyed", a.state)
+    seen.call(
+        "B submits a kernel depending on the recorded event",
+        b.submit,
+        counter.increment,
+        depends_on=[recorded],
+    )
+    seen.note("B's state while the executable graph lives", b.state)
+    seen.call("B.wait()", b.wait)
+    seen.call("submit the executable graph on A", a.submit_graph, exec_graph)
+    seen.call("A.wait()", a.wait)
+    seen.note("counter (the graph ran; B's kernel did not)", counter.value)
+    exec_graph.release()
+    seen.note("B's state after the executable graph is destroyed", b.state)
+    seen.call("B.wait()", b.wait)
+    seen.call("B submits a kernel", b.submit, counter.increment)
+    seen.call("B.wait()", b.wait)
+    seen.note("counter (B's new kernel ran)", counter.value)
+    return seen
+
+
+def scenario_wait_on_event_of_graph_destroyed_while_recording(rt):
+    """event.wait() on a node's event returns once the graph is gone: destroyed while its queue
+    still recorded, with no executable graph."""
+    seen = Observations()
+    queue, counter = rt.new_queue(), rt.new_counter()
+    graph = rt.new_graph(queue)
+    graph.begin_recording(queue)
+    recorded = queue.submit(counter.increment)
+    barrier = queue.submit_barrier([recorded])
+    seen.call("wait on the kernel's event while recording", recorded.wait)
+    graph.release()
+    seen.note("state after the graph is destroyed", queue.state)
+    seen.call("wait on the kernel's event", recorded.wait)
+    seen.note("the kernel's event complete", recorded.complete)
+    seen.call("wait on the barrier's event", barrier.wait)
+    seen.note("counter (nothing ran)", counter.value)
+    return seen
+
+
+def scenario_wait_on_node_event_while_executable_graph_lives(rt):
+    """event.wait() on a node's event throws while the executable graph made from it lives,
+    the modifiable graph gone; it returns once the executable graph is destroyed."""
+    seen = Observations()
+    queue, counter = rt.new_queue(), rt.new_counter()
+    graph = rt.new_graph(queue)
+    graph.begin_recording(queue)
+    recorded = queue.submit(counter.increment)
+    graph.end_recording()
+    exec_graph = graph.finalize()
+    graph.release()
+    seen.call("wait on the kernel's event (executable graph alive)", recorded.wait)
+    queue.submit_graph(exec_graph)
+    queue.wait()
+    seen.note("counter after the graph ran", counter.value)
+    exec_graph.release()
+    seen.call("wait on the kernel's event (executable graph destroyed)", recorded.wait)
+    return seen
+
+
+def scenario_recording_queue_depends_on_another_graphs_event(rt):
+    """A queue recording into one graph submits with a dependency on a node of another graph:
+    while that graph records, after its recording ended, and once it is destroyed."""
+    seen = Observations()
+    a, b, counter = rt.new_queue(), rt.new_queue(), rt.new_counter()
+    first, second = rt.new_graph(a), rt.new_graph(b)
+    first.begin_recording(a)
+    second.begin_recording(b)
+    recorded_on_a = a.submit(counter.increment)
+    seen.call(
+        "B records a kernel depending on A's graph's event",
+        b.submit,
+        counter.increment,
+        depends_on=[recorded_on_a],
+    )
+    seen.call("B records a barrier over A's graph's event", b.submit_barrier, [recorded_on_a])
+    seen.note("B's state", b.state)
+    first.end_recording()
+    seen.call(
+        "... after A's recording ended",
+        b.submit,
+        counter.increment,
+        depends_on=[recorded_on_a],
+    )
+    first.release()
+    seen.call(
+        "... after A's graph is destroyed",
+        b.submit,
+        counter.increment,
+        depends_on=[recorded_on_a],
+    )
+    seen.call("B records a kernel", b.submit, counter.increment)
+    second.end_recording()
+    b.submit_graph(second.finalize())
+    b.wait()
+    seen.note("counter after B's graph ran", counter.value)
+    return seen
+
+
+def scenario_two_queues_begin_recording_into_one_graph(rt):
+    """begin_recording of a second queue into a graph another queue records: both record, and
+    the graph runs the work of both (the command-buffer path; native recording takes one
+    queue per graph)."""
+    seen = Observations()
+    a, b, counter = rt.new_queue(), rt.new_queue(), rt.new_counter()
+    graph = rt.new_graph(a)
+    graph.begin_recording(a)
+    seen.call("begin_recording of B into the same graph", graph.begin_recording, b)
+    seen.note("B's state", b.state)
+    a.submit(counter.increment)
+    b.submit(counter.increment)
+    graph.end_recording()
+    seen.note("states after end_recording()", [a.state, b.state])
+    a.submit_graph(graph.finalize())
+    a.wait()
+    seen.note("counter after the graph ran", counter.value)
+    return seen
+
+
 def all_scenarios() -> dict:
     """name -> scenario function, in the order they are defined."""
     return {

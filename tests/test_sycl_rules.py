@@ -479,15 +479,31 @@ def test_captures_go_on_after_a_failed_capture_end_on_torch_2_11():
     del failure
 
 
-def test_a_failed_capture_end_stops_captures_on_torch_2_13_said_once(caplog):
+def test_a_failed_capture_end_stops_captures_on_torch_2_13_said_once(caplog, monkeypatch):
     """From torch 2.13 the host allocator keeps routing into the pool with a filter that
     refers to the destroyed graph, and no Python call ends it: captures stop on the device
-    (``failure_leaves_host_routing``), with one warning."""
+    (``failure_leaves_host_routing``), with one warning, and no capture begins again (on an
+    Intel GPU its host routing would read the destroyed graph's memory; the stand-in raises
+    there instead, which the general fallback would hide). (Checked: with the stop removed
+    from ``_recover_from_failed_capture``, the recovery's empty capture begins and this test
+    fails.)"""
     device = stand_in("2.13")
     backend = XpuRulesBackend(0, device)
+    pool = backend.new_pool()
+    begun = []
+    capture_begin = XPUGraph.capture_begin
+
+    def counted_capture_begin(graph, pool=None):
+        begun.append(pool)  # not the graph: destroying it is part of the recovery
+        capture_begin(graph, pool=pool)
+
+    monkeypatch.setattr(XPUGraph, "capture_begin", counted_capture_begin)
+    device.fail_next("end_recording", LEVEL_ZERO_ERROR)
     with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
-        failure = fail_a_capture_end(backend, device)
-    assert backend.cannot_record is not None and "host" in backend.cannot_record
+        with pytest.raises(sycl.SyclError, match="DEVICE_LOST") as failure:
+            backend.capture(add_one(), [torch.ones(4)], pool, PlaceNothing())
+    assert len(begun) == 1, "a capture began after the failed one left host routing"
+    assert backend.cannot_record == messages.HOST_ROUTING_LEFT
     warnings = [r for r in caplog.records if r.name == "inductor_xpugraph"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     del failure
@@ -511,15 +527,26 @@ def test_a_capture_end_that_fails_in_finalize_keeps_captures_on_torch_2_13():
 
 
 @pytest.mark.parametrize("release", ["2.11", "2.13"])
-def test_the_callers_stream_never_joins_a_failed_recording(release):
-    """Note [Recovering from a failed capture], 3: after the failed capture, the caller's
-    stream must not have waited on the capture stream while it recorded (it would record
-    every later op, never running it), and no queue records."""
+def test_the_callers_stream_never_joins_a_failed_recording(release, monkeypatch):
+    """Note [Recovering from a failed capture], 3: the caller's stream must not wait on the
+    capture stream while it records: it would join the recording and record every later op,
+    never running it. Destroying the failed graph would end that join too, so the graph is
+    held elsewhere here (as a debugger or a kept traceback may), and the recording outlives
+    the recovery. (Checked: with ``on_capture_stream``'s ``stream_records`` guard removed, the
+    caller's stream records at the end and this test fails.)"""
     device = stand_in(release)
     backend = XpuRulesBackend(0, device)
+    held_elsewhere = []
+
+    def held_xpugraph(keep_graph=False):
+        held_elsewhere.append(XPUGraph(device))
+        return held_elsewhere[-1]
+
+    monkeypatch.setattr(device, "XPUGraph", held_xpugraph)
     failure = fail_a_capture_end(backend, device)
+    assert recording_queues(device) == [held_elsewhere[-1].capture_stream.queue]
     assert not device.current_stream().is_capturing()
-    assert recording_queues(device) == []
+    assert not backend.capture_stream.is_capturing()  # replaced by one that executes
     del failure
 
 
@@ -620,18 +647,49 @@ def test_a_generator_taking_callable_runs_un_graphed_without_a_capture_on_accele
     assert [(e.graph, e.reason) for e in skips] == [("g", messages.GENERATOR_NOT_REGISTERED)]
 
 
-def test_a_warmup_that_raises_after_a_failed_capture_runs_the_call_un_graphed(fresh_runtime):
+def spectrum():
+    """``call(args) -> (|rfft(args[0])|,)``: oneMKL's FFT on xpu, which the 2.13 release
+    refuses to record (``releases``)."""
+
+    def call(args):
+        return (torch.fft.rfft(args[0]).abs(),)
+
+    return call
+
+
+def fail_by_end_recording(device, graphed):
+    device.fail_next("end_recording", LEVEL_ZERO_ERROR)
+    graphed([torch.ones(4)])
+
+
+def fail_by_a_refused_operator(device, graphed):
+    (out,) = graphed([torch.ones(4)])
+    torch.testing.assert_close(out, torch.fft.rfft(torch.ones(4)).abs())
+
+
+@pytest.mark.parametrize("first_capture", [fail_by_end_recording, fail_by_a_refused_operator])
+def test_a_warmup_that_raises_after_a_failed_capture_runs_the_call_un_graphed(
+    fresh_runtime, first_capture
+):
     """A library may keep an event of the failed graph on the capture stream (oneDNN keeps a
     stream's last event) and fail there later: a warmup that raises once a capture failed on
-    the device (``failed_captures``) runs the call on the caller's stream, un-graphed from
-    then on (``GraphedCallable._run_eagerly``)."""
-    with sycl_rules.on_cpu("2.11") as device:
+    the device (``failed_captures``), at ``capture_end`` or in the captured code (an operator
+    the release refuses), runs the call on the caller's stream, un-graphed from then on
+    (``GraphedCallable._run_eagerly``). (Checked: with only ``capture_begin``/``capture_end``
+    failures counted, the refused operator's case raises into the caller.)"""
+    release = "2.11" if first_capture is fail_by_end_recording else "2.13"
+    with sycl_rules.on_cpu(release) as device:
         first = GraphedCallable(
-            add_one(), "cpu", static_inputs=(), mutated_inputs=(), phase=Phase.INFERENCE, name="a"
+            add_one() if first_capture is fail_by_end_recording else spectrum(),
+            "cpu",
+            static_inputs=(),
+            mutated_inputs=(),
+            phase=Phase.INFERENCE,
+            name="a",
         )
         first([torch.ones(4)])  # the warmup
-        device.fail_next("end_recording", LEVEL_ZERO_ERROR)
-        first([torch.ones(4)])  # its capture fails; the device records on (2.11)
+        first_capture(device, first)  # its capture fails; the device records on
+        assert tree_for("cpu").backend.cannot_record is None
         caller = device.current_stream()
         add = add_one()
 

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from ..codegen import disable, enable, enabled_devices
 from ..trees import forget_trees
 from ..trees.backends import STAND_INS, unrecordable_ops
+from ..trees.backends.capture_streams import forget_capture_streams
 from .backend import AcceleratorRulesBackend, XpuRulesBackend, use_device
 from .releases import CPU_STAND_INS, RELEASES, Release, release_of
 from .submission import SubmitToCurrentQueue
@@ -85,6 +86,7 @@ def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[St
         unrecordable_ops.STAND_IN_OPS.pop("cpu", None)
         unrecordable_ops.STANDS_FOR.clear()
         use_device(None)
+        forget_capture_streams(device)
         if not was_enabled:
             disable("cpu")
 

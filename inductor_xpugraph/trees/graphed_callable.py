@@ -234,9 +234,12 @@ class GraphedCallable:
             if misaligned:  # before anything runs
                 words = self.input_names.describe(misaligned)
                 raise ValueError(messages.misaligned_static_inputs(self.name, words, ALIGNMENT))
-        if self.policy.stopped or tree.backend.is_capturing() or tree.backend.cannot_record:
-            # Un-graphed for good (here, or on the whole device), or someone else is
-            # capturing: run inside their capture.
+        if self.policy.stopped or tree.backend.is_capturing():
+            # Un-graphed for good, or someone else is capturing: run inside their capture.
+            return self.fn(args)
+        if tree.backend.cannot_record:  # un-graphed on the whole device, said once per graph
+            reason = messages.device_stopped_recording(tree.device, tree.backend.cannot_record)
+            self.policy.skip(reason, level=logging.INFO)
             return self.fn(args)
         if tree.current is tree.off_tree:  # this generation has left the tree
             return self._run_eagerly(tree, args)

@@ -118,6 +118,10 @@ def device_cannot_record(device: str, reason: str, step: str | None = None) -> s
     )
 
 
+def device_stopped_recording(device: str, reason: str) -> str:
+    return f"{device} records no graph in this process ({reason}): it runs un-graphed"
+
+
 def generator_left_capturing(device: str, error: BaseException) -> str:
     return (
         f"inductor_xpugraph: after a failed capture, the {device} random number generator may "

@@ -55,5 +55,11 @@ def capture_stream(module: ModuleType, device_index: int, fresh: bool = False) -
     return _capture_streams[key]
 
 
+def forget_capture_streams(module: ModuleType) -> None:
+    """Drop every thread's capture stream of ``module`` (a stand-in device going away)."""
+    for key in [key for key in _capture_streams if key[0] == module.__name__]:
+        del _capture_streams[key]
+
+
 # Streams a fresh capture stream is looked for among (one xpu pool and one more).
 STREAMS_TRIED = 33

@@ -66,6 +66,7 @@ import logging
 import threading
 import traceback
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -141,7 +142,8 @@ class DeviceGraphBackend(GraphBackend):
         self.capture_stream = capture_stream(module, device_index)
         self.is_capturing = is_capturing_on(module, device_index)
         self.warms_up_in_pool = self.begin_allocate_to_pool is not None
-        #: Captures that failed at ``capture_begin`` or ``capture_end`` on this backend.
+        #: Captures that failed on this backend: at ``capture_begin``, in the captured code
+        #: (an operator the device refused to record) or at ``capture_end``.
         self.failed_captures = 0
 
     def new_pool(self) -> DevicePool:
@@ -260,6 +262,7 @@ class DeviceGraphBackend(GraphBackend):
         except BaseException as error:
             if error.__traceback__ is not None:
                 traceback.clear_frames(error.__traceback__)
+            self.failed_captures += 1
             if failed_at is not None:
                 self._recover_from_failed_capture(box, pool, failed_at)
             box.clear()
@@ -286,7 +289,6 @@ class DeviceGraphBackend(GraphBackend):
     def _recover_from_failed_capture(self, box: list[Any], pool: DevicePool, step: str) -> None:
         """After ``capture_begin`` or ``capture_end`` raised (``step``): Note [Recovering from
         a failed capture]. ``box`` holds the failed graph, the only reference to it."""
-        self.failed_captures += 1
         routing_was_left = self._undo_pool_routing(pool.handle)
         box.clear()  # destroys the graph: a queue still recording into it executes again
         if stream_records(self.device_module, self.capture_stream):
@@ -323,9 +325,10 @@ class DeviceGraphBackend(GraphBackend):
         left in capture mode by the failed capture, is given a state of its own with the
         same seed and offset, outside capture mode (a generator's state is what enters
         capture mode; ``graphsafe_set_state`` swaps it)."""
-        if self.device not in _DEVICES_THAT_CANNOT_RECORD:
+        marks = _DEVICES_THAT_CANNOT_RECORD.setdefault(self.device_module, {})
+        if self.device not in marks:
             reason = error if isinstance(error, str) else messages.first_line(error)
-            _DEVICES_THAT_CANNOT_RECORD[self.device] = reason
+            marks[self.device] = reason
             log.warning(messages.device_cannot_record(self.device, reason, step))
         generator = self.device_module.default_generators[self.device_index]
         try:
@@ -335,7 +338,7 @@ class DeviceGraphBackend(GraphBackend):
 
     @property
     def cannot_record(self) -> str | None:
-        return _DEVICES_THAT_CANNOT_RECORD.get(self.device)
+        return _DEVICES_THAT_CANNOT_RECORD.get(self.device_module, {}).get(self.device)
 
     def _undo_pool_routing(self, pool_handle: Any) -> bool:
         """After ``capture_begin`` or ``capture_end`` raised: what torch left undone.
@@ -461,6 +464,11 @@ class _CapturesInFlight:
 
 _CAPTURES = _CapturesInFlight()
 
-# Devices on which not even an empty graph records, with the device's words (process-wide:
-# every tree and thread on the device runs un-graphed; ``_stop_recording``).
-_DEVICES_THAT_CANNOT_RECORD: dict[str, str] = {}
+# Devices on which not even an empty graph records, or which a failed capture left in a state
+# no call undoes, with the reason, per device module: the state is torch's, for the life of
+# the process (every tree and thread on the device runs un-graphed; ``_stop_recording``), and
+# ``reset()`` does not undo it. A stand-in device module (``sycl_rules.on_cpu``) takes its
+# marks with it.
+_DEVICES_THAT_CANNOT_RECORD: weakref.WeakKeyDictionary[Any, dict[str, str]] = (
+    weakref.WeakKeyDictionary()
+)

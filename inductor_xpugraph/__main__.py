@@ -24,7 +24,7 @@ import time
 # What the parser offers, without importing torch (``--help`` and usage errors answer at
 # once): ``sycl_rules.releases.RELEASES`` and ``diagnostics.probe_report.PROBE_TIMEOUT``,
 # which a test holds equal to these.
-SYCL_RULES_RELEASES = ("2.11", "2.13", "2.15")
+SYCL_RULES_RELEASES = ("2.11", "2.13", "2.14", "2.15")
 PROBE_TIMEOUT = 180.0
 
 

@@ -183,6 +183,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "allow_capture_ops": _op_names,
     "_export_static_inputs": _positions,  # set by deploy.export only; no environment variable
     "xpu_graph_api": _choice("xpu", "accelerator"),
+    "xpu_recording": _choice("auto", "command-buffer", "native"),
 }
 
 

@@ -20,7 +20,7 @@ from inductor_xpugraph import __main__, sycl_rules
 from inductor_xpugraph.diagnostics import device_probe, doctor, probe_report
 from inductor_xpugraph.diagnostics.findings import Status
 from inductor_xpugraph.sycl_rules import sycl
-from inductor_xpugraph.sycl_rules.releases import ONEMKL_OPS
+from inductor_xpugraph.trees.backends.unrecordable_ops import ONEMKL_OPS
 from inductor_xpugraph.trees.backends import (
     backend_class,
     capture_streams,
@@ -341,7 +341,7 @@ def test_a_stand_in_probe_that_gave_nothing_is_named_as_the_stand_in():
         ),
         (
             ["--device", "cpu", "--sycl-rules", "2.12"],
-            "--sycl-rules 2.12: no rule set for torch 2.12; choose one of 2.11, 2.13, 2.15",
+            "--sycl-rules 2.12: no rule set for torch 2.12; choose one of 2.11, 2.13, 2.14, 2.15",
         ),
         (
             ["--device", "cpu", "--sycl-rules", "2.13", "--no-probe"],

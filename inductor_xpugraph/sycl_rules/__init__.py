@@ -8,7 +8,7 @@ instead, as torch's XPU runtime of one release meets them::
     import torch
     from inductor_xpugraph import sycl_rules
 
-    with sycl_rules.on_cpu("2.13"):
+    with sycl_rules.on_cpu("2.14", recording="native"):
         model = torch.compile(model, mode="reduce-overhead")
         out = model(x)
 
@@ -25,8 +25,9 @@ shows: which of a model's graphs capture, what is left un-graphed and why (``rep
 that a refused capture never fails a call. What it cannot: speed, and any kernel's own
 behaviour (the kernels are Inductor's CPU kernels, replayed as on the emulator).
 
-Modules: ``sycl`` (queues, events, command graphs), ``releases`` (what each torch release's
-XPU runtime refuses), ``torch_xpu`` (the device module), ``submission`` (operators to
+Modules: ``sycl`` (queues, events, command graphs, recorded through command buffers or
+natively), ``releases`` (what each torch release's XPU runtime does, and refuses per
+recording mode), ``torch_xpu`` (the device module), ``submission`` (operators to
 queues), ``backend`` (the xpu backends over the stand-in).
 """
 
@@ -40,40 +41,45 @@ from ..trees import forget_trees
 from ..trees.backends import STAND_INS, unrecordable_ops
 from ..trees.backends.capture_streams import forget_capture_streams
 from .backend import AcceleratorRulesBackend, XpuRulesBackend, use_device
-from .releases import CPU_STAND_INS, RELEASES, Release, release_of
+from .releases import CPU_STAND_INS, RELEASES, Release, refused_ops, release_of
 from .submission import SubmitToCurrentQueue
 from .torch_xpu import StandInXpu
 
 
-def stand_in_ops(release: Release) -> dict[str, str]:
-    """This package's xpu do-not-capture list for ``release``, named by the CPU operators
-    that stand for the xpu ones."""
-    listed = unrecordable_ops.listed_ops("xpu", release.number)
-    return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
-
-
 @contextlib.contextmanager
-def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[StandInXpu]:
+def on_cpu(
+    release: str | None = None,
+    *,
+    recording: str | None = None,
+    data_center_max: bool = False,
+    graph_api: str = "xpu",
+) -> Iterator[StandInXpu]:
     """Graphs on the CPU follow SYCL Graph's rules, as torch ``release``'s XPU runtime meets
-    them ("2.11", "2.13", "2.15"; default: the installed torch's), through ``torch.xpu.XPUGraph``
-    (``graph_api="xpu"``) or ``torch.accelerator.Graph`` ("accelerator", torch >= 2.13).
+    them ("2.11", "2.13", "2.14", "2.15"; default: the installed torch's), through
+    ``torch.xpu.XPUGraph`` (``graph_api="xpu"``) or ``torch.accelerator.Graph``
+    ("accelerator", torch >= 2.13).
+
+    ``recording``: "command-buffer" or "native" (``trees.backends.xpu_recording``); by default
+    the mode torch chooses for the release on a client GPU, or on a Data Center GPU Max with
+    ``data_center_max``, in this process's environment (``SYCL_GRAPH_FORCE_NATIVE_RECORDING``).
 
     Enables the package for "cpu" meanwhile. The CPU's graphs made before are dropped on entry,
-    and those made inside on exit (the counters stay, for ``stats()`` and ``report()``).
-    Yields the stand-in device (its queues, pools and generator, for tests). One thread: the
-    rules apply to the thread that entered, and to the backwards it runs.
+    and those made inside on exit (the counters stay, for ``stats()`` and ``report()``); the
+    stand-in device goes with its state (a device it marked as unable to record, its capture
+    streams). Yields the stand-in device (its queues, pools and generator, for tests). One
+    thread: the rules apply to the thread that entered, and to the backwards it runs.
     """
     rules = release_of(release)
     if graph_api not in ("xpu", "accelerator"):
         raise ValueError(f"graph_api must be 'xpu' or 'accelerator', got {graph_api!r}")
-    device = StandInXpu(rules)
-    backend = AcceleratorRulesBackend if graph_api == "accelerator" else XpuRulesBackend
     if graph_api == "accelerator" and not rules.has_accelerator_graph:
         raise ValueError(f"torch {rules.version} has no torch.accelerator.Graph")
+    device = StandInXpu(rules, recording, data_center_max=data_center_max)
+    backend = AcceleratorRulesBackend if graph_api == "accelerator" else XpuRulesBackend
     was_enabled = "cpu" in enabled_devices()
     forget_trees("cpu")
     STAND_INS["cpu"] = backend
-    unrecordable_ops.STAND_IN_OPS["cpu"] = stand_in_ops(rules)
+    unrecordable_ops.STAND_IN_OPS["cpu"] = device.refused_ops
     unrecordable_ops.STANDS_FOR.update({cpu: xpu for xpu, cpu in CPU_STAND_INS.items()})
     use_device(device)
     enable("cpu")
@@ -91,4 +97,4 @@ def on_cpu(release: str | None = None, *, graph_api: str = "xpu") -> Iterator[St
             disable("cpu")
 
 
-__all__ = ["RELEASES", "Release", "StandInXpu", "on_cpu", "release_of", "stand_in_ops"]
+__all__ = ["RELEASES", "Release", "StandInXpu", "on_cpu", "refused_ops", "release_of"]

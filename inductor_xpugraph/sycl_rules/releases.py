@@ -2,10 +2,14 @@
 
 A ``Release`` holds the facts of one torch release's XPU runtime that decide what a graph
 capture does there (read from PyTorch's and torch-xpu-ops' sources and issue threads; no
-Intel GPU was run by this project): which operators SYCL Graph refuses to record, whether
-``XPUGraph.capture_begin`` routes the host (pinned) allocator into the graph's pool, and
-whether ``torch.accelerator.Graph`` exists. The stand-in device (``torch_xpu``) follows one of
-them; ``trees.backends.unrecordable_ops`` lists, per release, what they refuse.
+Intel GPU was run by this project): whether ``XPUGraph.capture_begin`` routes the host
+(pinned) allocator into the graph's pool, whether ``torch.accelerator.Graph`` exists, whether
+the allocator latches pool ids, and how its ``XPUGraph`` records on a device (command buffers
+or natively, ``trees.backends.xpu_recording``). What SYCL Graph refuses under a release and a
+recording mode is the package's xpu do-not-capture list (``refused_ops``, from
+``trees.backends.unrecordable_ops``), so the stand-in refuses exactly what the package
+partitions out on an Intel GPU. The stand-in device (``torch_xpu``) follows one release under
+one recording mode.
 
 The stand-in runs Inductor's CPU code, so an xpu operator is refused through the CPU
 operator that does its work there (``CPU_STAND_INS``): the CPU's attention forward stands for
@@ -17,23 +21,12 @@ collectives, have the same operators on both devices.
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 
-from ..trees.backends.unrecordable_ops import ONEMKL_OPS, torch_release
-
-_ONEDNN_ATTENTION = (
-    "oneDNN's fused attention kernel raises \"Graph nodes cannot depend on events from outside "
-    'the graph" under recording on torch 2.13 with oneDNN 3.12 (intel/torch-xpu-ops#5069; '
-    "records on a 2.15 nightly)"
-)
-_FLASH_ATTENTION = (
-    "the sycl-tla flash-attention kernels use work-group scratch memory, which SYCL Graph does "
-    "not record (intel/torch-xpu-ops#3142)"
-)
-_ONEMKL = (
-    'oneMKL makes the recording queue depend on an event of its own: "Graph nodes cannot '
-    'depend on events from outside the graph" (ggml-org/llama.cpp#28725)'
-)
-_XCCL = "XCCL's queue: SYCL Graph rejects the cross-queue dependency (pytorch/pytorch#196490)"
+from ..trees.backends import unrecordable_ops
+from ..trees.backends.unrecordable_ops import torch_release
+from ..trees.backends.xpu_recording import RECORDING_MODES, recording_mode
 
 #: The xpu operator each CPU operator stands for on the stand-in, where the names differ:
 #: the CPU's attention forward stands for oneDNN's (the kernel xpu picks when no input needs
@@ -52,16 +45,20 @@ CPU_STAND_INS: dict[str, str] = {
 class Release:
     """The XPU runtime of one torch release, as far as graph capture goes."""
 
-    #: "2.11", "2.13" or "2.15".
+    #: "2.11", "2.13", "2.14" or "2.15".
     version: str
-    #: xpu operators SYCL Graph refuses to record there, with why.
-    refused_ops: dict[str, str]
     #: ``XPUGraph::capture_begin`` also routes the host caching allocator (pinned memory) into
     #: the pool, with a filter that refers to the graph; only a successful ``capture_end``
     #: ends that routing, and no Python call can (PyTorch's aten/src/ATen/xpu/XPUGraph.cpp).
     routes_host_allocator: bool
     #: ``torch.accelerator.Graph`` exists (without ``register_generator_state``).
     has_accelerator_graph: bool
+    #: The caching allocator parks a pool whose holds all went and never erases it, so a
+    #: capture into the same pool id trips ``TORCH_INTERNAL_ASSERT(use_count > 0)`` in
+    #: ``create_or_incref_pool`` (c10/xpu/XPUCachingAllocator.cpp); a fresh
+    #: ``graph_pool_handle()`` avoids it (seen on torch 2.13 on an Arc B70:
+    #: riceharvest/b70-vllm-lab ``capsules/014_pool_id_latch.py``).
+    latches_pool_ids: bool = False
 
     @property
     def number(self) -> tuple[int, int]:
@@ -69,27 +66,28 @@ class Release:
         major, minor = self.version.split(".")
         return int(major), int(minor)
 
-    def refused_cpu_ops(self) -> dict[str, str]:
-        """``refused_ops``, named by the CPU operators that stand for them."""
-        return {CPU_STAND_INS.get(op, op): why for op, why in self.refused_ops.items()}
+    def recording_mode(
+        self, *, data_center_max: bool = False, environ: Mapping[str, str] = os.environ
+    ) -> str:
+        """How this release's ``XPUGraph`` records on a device (``xpu_recording``)."""
+        return recording_mode(self.number, data_center_max=data_center_max, environ=environ)
 
 
-def _refused(onednn_attention: bool) -> dict[str, str]:
-    ops = {
-        "aten::_scaled_dot_product_flash_attention": _FLASH_ATTENTION,
-        "aten::_scaled_dot_product_flash_attention_backward": _FLASH_ATTENTION,
-        **dict.fromkeys(ONEMKL_OPS, _ONEMKL),
-        "_c10d_functional::wait_tensor": _XCCL,
-    }
-    if onednn_attention:
-        ops["aten::_scaled_dot_product_fused_attention_overrideable"] = _ONEDNN_ATTENTION
-    return ops
+def refused_ops(release: Release, recording: str) -> dict[str, str]:
+    """The xpu operators SYCL Graph refuses to record under ``release`` and ``recording``,
+    with why, named by the CPU operators that stand for them on the stand-in: the package's
+    xpu do-not-capture list (``unrecordable_ops``), the one record of what each refuses."""
+    listed = unrecordable_ops.listed_ops("xpu", release.number, recording)
+    return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
 
 
 RELEASES: dict[str, Release] = {
-    "2.11": Release("2.11", _refused(onednn_attention=True), False, False),
-    "2.13": Release("2.13", _refused(onednn_attention=True), True, True),
-    "2.15": Release("2.15", _refused(onednn_attention=False), True, True),
+    "2.11": Release("2.11", routes_host_allocator=False, has_accelerator_graph=False),
+    "2.13": Release(
+        "2.13", routes_host_allocator=True, has_accelerator_graph=True, latches_pool_ids=True
+    ),
+    "2.14": Release("2.14", routes_host_allocator=True, has_accelerator_graph=True),
+    "2.15": Release("2.15", routes_host_allocator=True, has_accelerator_graph=True),
 }
 
 
@@ -105,3 +103,12 @@ def release_of(version: str | None = None) -> Release:
         return RELEASES[version]
     known = [release for release in RELEASES.values() if release.number <= torch_release()]
     return max(known, key=lambda release: release.number) if known else RELEASES["2.11"]
+
+
+def check_recording(recording: str | None) -> None:
+    """Raise for a recording mode that is neither None nor one of ``RECORDING_MODES``."""
+    if recording is not None and recording not in RECORDING_MODES:
+        raise ValueError(
+            f"recording must be one of {', '.join(map(repr, RECORDING_MODES))} (or None: as "
+            f"torch chooses), got {recording!r}"
+        )

@@ -7,9 +7,9 @@ current stream's queue of the stand-in device (``torch_xpu.StandInXpu``), which 
   capture mode raises torch's "Offset increment outside graph capture" (a failed capture that
   left it there poisons every later random op);
 - the queue records, and a capture is running its callable into that recording: an operator
-  SYCL Graph refuses on the release (``Release.refused_cpu_ops``) raises SYCL's "Graph nodes
-  cannot depend on events from outside the graph." at submission; any other runs now (the
-  capture's run is the graph's first replay, as on the CPU emulator);
+  SYCL Graph refuses on the release and recording mode (``StandInXpu.refused_ops``) raises
+  SYCL's "Graph nodes cannot depend on events from outside the graph." at submission; any
+  other runs now (the capture's run is the graph's first replay, as on the CPU emulator);
 - the queue records and no capture runs into it (a queue a failed capture left recording, or
   one that joined a recording by waiting for it): the operator becomes a node of that graph
   and does not run. What it returns is allocated but never written (NaN, or the type's
@@ -53,7 +53,7 @@ class SubmitToCurrentQueue(TorchDispatchMode):
     def __init__(self, device: StandInXpu) -> None:
         super().__init__()
         self.device = device
-        self.refused = device.release.refused_cpu_ops()
+        self.refused = device.refused_ops
 
     @classmethod
     def is_infra_mode(cls) -> bool:

@@ -31,6 +31,28 @@ runtime did on the CPU (intel-sycl-rt and intel-opencl-rt 2026.2.0 on the OpenCL
 - Host waits: ``queue.wait()`` on a recording queue throws; so does ``event.wait()`` on a
   node's event while the node's graph exists (it returns once the graph is gone).
 
+Native recording (``CommandGraph(native=True)``, ``property::graph::enable_native_recording``)
+hands the capture to Level Zero, whose rules differ (intel/llvm: the spec's "Limitations of
+Native Recording", ``sycl/source/detail/graph/graph_impl.cpp`` and the e2e tests of
+``sycl/test-e2e/Graph/RecordReplay/NativeRecording/``; Intel's runtime on the CPU cannot record
+natively, so these are read, not measured):
+
+- one queue begins recording a graph (``exception_multi_queue_recording.cpp``); a queue that
+  already records cannot begin again;
+- an executing queue that submits with a dependency on a node of a graph being recorded joins
+  the recording (a fork, ``multi_queue.cpp``), and every fork must be joined back, by a later
+  submission of a recording queue that depends on the fork's last node, before the recording
+  ends: ``end_recording`` throws otherwise, the recording left as it was
+  (``exception_unjoined_fork.cpp``);
+- events of the graph are not for use outside its recording: a submission that depends on one
+  after the recording ended throws, and so does a recorded node that depends on an event from
+  outside the graph (``exception_external_event.cpp``): no queue joins a graph after its
+  recording, unlike command buffers;
+- host waits on a recording queue or a node's event throw, as with command buffers.
+
+Level Zero's refusals reach SYCL as ``errc::runtime`` with generic texts: the ``NATIVE_*``
+texts are this model's words, not the runtime's.
+
 In-order queues only (torch's XPU streams are in-order queues): a submission runs after the
 queue's earlier ones, which here means at once.
 """
@@ -57,6 +79,20 @@ DEPENDS_ON_OTHER_GRAPH = (
 )
 WAIT_ON_NODE_EVENT = "wait method cannot be used for an event associated with a command graph."
 NO_DEVICE_WAIT = "Device does not support aspect::ext_oneapi_device_wait."
+# graph_impl.cpp's texts (intel/llvm), for native recording:
+NATIVE_SECOND_QUEUE = "Recording the same graph to multiple queues is not supported in native mode"
+NATIVE_QUEUE_CAPTURING = "Queue is already in native graph capture mode"
+# Level Zero's refusals under native recording (errc::runtime; the words are this model's):
+NATIVE_OUTSIDE_EVENT = (
+    "native recording (errc::runtime): a node depends on an event from outside the graph"
+)
+NATIVE_EVENT_USED_OUTSIDE = (
+    "native recording (errc::runtime): an event of the graph is used outside its recording"
+)
+NATIVE_UNJOINED_FORK = (
+    "native recording (errc::runtime): end_recording with a forked queue not joined back"
+)
+NATIVE_WAIT = "native recording (errc::runtime): a host wait on recorded work"
 
 
 class SyclError(RuntimeError):
@@ -78,8 +114,9 @@ class Event:
         return True
 
     def wait(self) -> None:
-        if self.node_of is not None and not self.node_of.destroyed:
-            raise SyclError(WAIT_ON_NODE_EVENT)
+        graph = self.node_of
+        if graph is not None and not graph.destroyed:
+            raise SyclError(NATIVE_WAIT if graph.native else WAIT_ON_NODE_EVENT)
 
 
 class _GraphState:
@@ -87,11 +124,16 @@ class _GraphState:
     executable graphs ``finalize`` made of it (``ExecutableGraph``). It is destroyed with
     the last of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = False) -> None:
+        self.native = native
         self.nodes: list[Kernel] = []
         self.recording_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
         self.destroyed = False
         self._handles = 0
+        # Native recording: each forked queue's last node, until a recording queue depends on it.
+        self.unjoined_forks: weakref.WeakKeyDictionary[Queue, Event] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def held_by(self, handle: object) -> Callable[[], None]:
         """Count ``handle`` as one of the graph's; returns what lets it go (at most once; also
@@ -107,6 +149,19 @@ class _GraphState:
     def stop_recording(self, queue: Queue) -> None:
         queue._recording_into = None
         self.recording_queues.discard(queue)
+        self.unjoined_forks.pop(queue, None)
+
+    def note_native_submission(
+        self, queue: Queue, depends_on: Sequence[Event], event: Event, forked: bool
+    ) -> None:
+        """Keep track of forks: a forked queue's last node is unjoined until some recording
+        queue submits work that depends on it."""
+        for dependency in depends_on:
+            for fork, last in list(self.unjoined_forks.items()):
+                if last is dependency and fork is not queue:
+                    del self.unjoined_forks[fork]
+        if forked or queue in self.unjoined_forks:
+            self.unjoined_forks[queue] = event
 
 
 class Queue:
@@ -138,20 +193,29 @@ class Queue:
 
     def _submit(self, kernel: Kernel, depends_on: Sequence[Event], outside: str) -> Event:
         graph = self._recording_into
+        forked = False
         if graph is None:
             joined = _live_graph_of(depends_on)
             if joined is not None:  # depends on a node of a graph that exists: join it
+                if joined.native and not joined.recording_queues:
+                    raise SyclError(NATIVE_EVENT_USED_OUTSIDE)
                 joined.recording_queues.add(self)
                 self._recording_into = graph = joined
+                forked = joined.native
         if graph is not None:
             for event in depends_on:
                 if event.node_of is graph:
                     continue
+                if graph.native:
+                    raise SyclError(NATIVE_OUTSIDE_EVENT)
                 if event.node_of is not None and not event.node_of.destroyed:
                     raise SyclError(DEPENDS_ON_OTHER_GRAPH)  # seen on the CPU
                 raise SyclError(outside)  # spec; seen on the CPU
             graph.nodes.append(kernel)
-            return Event(node_of=graph)
+            event = Event(node_of=graph)
+            if graph.native:
+                graph.note_native_submission(self, depends_on, event, forked)
+            return event
         kernel()
         return Event()
 
@@ -159,8 +223,9 @@ class Queue:
         return self.submit(graph._run)
 
     def wait(self) -> None:
-        if self._recording_into is not None:
-            raise SyclError(WAIT_ON_RECORDING_QUEUE)
+        graph = self._recording_into
+        if graph is not None:
+            raise SyclError(NATIVE_WAIT if graph.native else WAIT_ON_RECORDING_QUEUE)
 
 
 def _nothing() -> None:
@@ -194,19 +259,31 @@ class CommandGraph:
     garbage collection), every queue recording into it returns to executing, and what they
     recorded is dropped (seen on the CPU runtime)."""
 
-    def __init__(self) -> None:
-        self._state = _GraphState()
+    def __init__(self, native: bool = False) -> None:
+        self._state = _GraphState(native)
         self._let_go = self._state.held_by(self)
 
+    @property
+    def native(self) -> bool:
+        return self._state.native
+
     def begin_recording(self, queue: Queue) -> None:
+        state = self._state
         if queue._recording_into is not None:
-            raise SyclError(BEGIN_ON_RECORDING_QUEUE)
-        queue._recording_into = self._state
-        self._state.recording_queues.add(queue)
+            native = state.native or queue._recording_into.native
+            raise SyclError(NATIVE_QUEUE_CAPTURING if native else BEGIN_ON_RECORDING_QUEUE)
+        if state.native and state.recording_queues:
+            raise SyclError(NATIVE_SECOND_QUEUE)
+        queue._recording_into = state
+        state.recording_queues.add(queue)
 
     def end_recording(self, queue: Queue | None = None) -> None:
         """End the recording of ``queue``, or of every queue recording into this graph."""
         state = self._state
+        if state.native and state.unjoined_forks:
+            raise SyclError(NATIVE_UNJOINED_FORK)
+        if state.native:
+            queue = None  # one recording, with its forks: it ends whole
         if queue is None:
             for recording in list(state.recording_queues):
                 state.stop_recording(recording)
@@ -253,8 +330,8 @@ class Runtime:
     def new_queue(self) -> Queue:
         return Queue()
 
-    def new_graph(self, queue: Queue) -> CommandGraph:
-        return CommandGraph()
+    def new_graph(self, queue: Queue, native: bool = False) -> CommandGraph:
+        return CommandGraph(native)
 
     def new_counter(self) -> Counter:
         return Counter()

@@ -37,8 +37,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..trees.backends.xpu_recording import NATIVE
 from . import sycl
-from .releases import Release
+from .releases import Release, check_recording, refused_ops
 
 STREAMS_PER_POOL = 32  # c10/xpu/XPUStream.cpp, kStreamsPerPool
 PRIORITIES = ("low", "normal", "high")  # priority 1, 0, -1 (Note [XPU Stream priorities])
@@ -46,6 +47,11 @@ NOT_ROUTING = "endAllocateToPool: not currently recording to mempool_id"
 OFFSET_OUTSIDE_CAPTURE = "Offset increment outside graph capture encountered unexpectedly."
 CAPTURE_ON_OTHER_STREAM = "Capture must end on the same stream it began on."
 REPLAY_WITHOUT_CAPTURE = "Called XPUGraph::replay without a preceding successful capture."
+POOL_ID_LATCHED = (
+    "it->second->use_count > 0 INTERNAL ASSERT FAILED at "
+    '"aten/src/ATen/xpu/XPUCachingAllocator.cpp" (create_or_incref_pool), please report a bug '
+    "to PyTorch."
+)
 DANGLING_HOST_FILTER = (
     "the host caching allocator still routes into the pool of a destroyed XPUGraph: its filter "
     "reads the graph's freed memory at every pinned allocation while a queue records (torch "
@@ -136,9 +142,19 @@ class Generator:
 class StandInXpu:
     """One xpu device of torch's XPU runtime under SYCL Graph's rules (module docstring)."""
 
-    def __init__(self, release: Release) -> None:
+    def __init__(
+        self, release: Release, recording: str | None = None, *, data_center_max: bool = False
+    ) -> None:
+        check_recording(recording)
         self.release = release
-        self.__name__ = f"sycl_rules.StandInXpu[{release.version}]#{next(_device_ids)}"
+        #: "command-buffer" or "native": how XPUGraph records here (by default as torch
+        #: chooses for the release on such a device, in this process's environment).
+        self.recording = recording or release.recording_mode(data_center_max=data_center_max)
+        #: The CPU operators standing for the xpu ones SYCL Graph refuses here, with why.
+        self.refused_ops = refused_ops(release, self.recording)
+        self.__name__ = (
+            f"sycl_rules.StandInXpu[{release.version},{self.recording}]#{next(_device_ids)}"
+        )
         self.pools: dict[str, list[sycl.Queue]] = {
             priority: [sycl.Queue(f"{priority}{i}") for i in range(STREAMS_PER_POOL)]
             for priority in PRIORITIES
@@ -150,6 +166,8 @@ class StandInXpu:
         self.routing: list[tuple[Any, Callable[[], bool]]] = []
         self.host_routing: list[tuple[Any, weakref.ref]] = []
         self.holds: dict[Any, int] = {}
+        # Pools whose holds all went, kept by the allocator for good (``latches_pool_ids``).
+        self.parked_pools: set[Any] = set()
         self._pool_ids = itertools.count(1)
         self._failures: dict[str, str] = {}
         # Recordings a capture is running its callable into, between ``capture_begin`` and
@@ -214,7 +232,11 @@ class StandInXpu:
 
     def begin_allocate_to_pool(self, device: int, pool: Any, accepts=None) -> None:
         """``beginAllocateToPool`` (and ``_xpu_beginAllocateCurrentThreadToPool``): route the
-        allocations ``accepts`` into ``pool``, with a hold on it."""
+        allocations ``accepts`` into ``pool``, with a hold on it (``create_or_incref_pool``,
+        which asserts on a pool whose holds all went, where the release never forgets one:
+        ``Release.latches_pool_ids``)."""
+        if pool in self.parked_pools:
+            raise RuntimeError(POOL_ID_LATCHED)
         self.routing.append((pool, accepts or (lambda: True)))
         self.holds[pool] = self.holds.get(pool, 0) + 1
 
@@ -231,6 +253,8 @@ class StandInXpu:
 
     def release_pool(self, device: int, pool: Any) -> None:
         self.holds[pool] = self.holds.get(pool, 0) - 1
+        if self.holds[pool] <= 0 and self.release.latches_pool_ids:
+            self.parked_pools.add(pool)  # releasePool parks it, and nothing erases it
 
     def empty_cache(self) -> None:
         """XPU's ``emptyCache``: a device-wide synchronization, then every pool no graph or
@@ -299,7 +323,7 @@ class XPUGraph:
         if device.release.routes_host_allocator:
             device.host_routing.append((self.pool_id, weakref.ref(self)))
         device.check_host_filters()  # a queue is about to record
-        self.sycl_graph = sycl.CommandGraph()
+        self.sycl_graph = sycl.CommandGraph(native=device.recording == NATIVE)
         self.sycl_graph.begin_recording(queue)
         device.live_recordings.add(queue.recording_into)
 

@@ -10,21 +10,34 @@ operator, why, and the user's source line.
 The xpu list, read from PyTorch's and torch-xpu-ops' sources and issues (no Intel GPU was run
 by this project):
 
+What an xpu graph records also depends on how ``XPUGraph`` records on the device
+(``xpu_recording``): through SYCL Graph's command buffers (torch 2.11-2.13; Data Center GPU
+Max) or natively through Level Zero (torch 2.14+ on other GPUs). Native recording captures
+whatever reaches the queue's Level Zero command list, so work SYCL's command buffers refuse
+only for being SYCL-side constructs records there; a dependency on an event from before the
+recording fails in both modes (intel/llvm ``sycl/test-e2e/Graph/RecordReplay/NativeRecording/
+exception_external_event.cpp``).
+
 - Attention. ``F.scaled_dot_product_attention`` on xpu picks, in this order (``priority_order``
   in PyTorch's ``aten/src/ATen/native/mkldnn/xpu/Attention.cpp``), oneDNN's kernel
   (``aten::_scaled_dot_product_fused_attention_overrideable``, only when no input needs a
   gradient), the flash-attention kernels of torch-xpu-ops (``_scaled_dot_product_flash_attention``
   and its backward, built on sycl-tla; what training runs), then the math decomposition. The
-  flash kernels use work-group scratch memory, which SYCL Graph refused to record
-  (intel/torch-xpu-ops#3142, whose failing test captures exactly these two ops;
-  vllm-project/vllm#50038 gates the same kernels in graphs on oneAPI 2026.0). oneDNN's kernel
-  raises "Graph nodes cannot depend on events from outside the graph" under recording on torch
-  2.13 with oneDNN 3.12 (intel/torch-xpu-ops#5069, whose reproducer warms up and captures on
-  one queue, as this package does) and records on a 2.15 nightly: listed before torch 2.15.
+  flash kernels use work-group scratch memory, which SYCL Graph's command buffers refused to
+  record (intel/torch-xpu-ops#3142, whose failing test captures exactly these two ops;
+  vllm-project/vllm#50038 gates the same kernels in graphs on oneAPI 2026.0); native recording
+  records it (intel/llvm ``NativeRecording/work_group_scratch_memory.cpp``): listed under
+  command buffers only. (intel/llvm#21029 adds it to command buffers too; which torch release
+  ships that runtime is not known here, so the entry stays.) oneDNN's kernel raises "Graph
+  nodes cannot depend on events from outside the graph" under recording on torch 2.13 with
+  oneDNN 3.12 (intel/torch-xpu-ops#5069, whose reproducer warms up and captures on one queue,
+  as this package does) and records on a 2.15 nightly: listed before torch 2.15, in both
+  modes (the failure is a dependency on an outside event, which native recording refuses too).
 - oneMKL. ``torch.linalg`` and ``torch.fft`` on xpu run oneMKL, whose calls make the recording
   queue depend on an event of their own; oneMKL's GEMM under SYCL recording raised "Graph
-  nodes cannot depend on events from outside the graph" (ggml-org/llama.cpp#28725). Listed on
-  every release (``python -m inductor_xpugraph doctor`` tries each on the machine; where they
+  nodes cannot depend on events from outside the graph" (ggml-org/llama.cpp#28725, a pull
+  request). Listed on every release and in both modes, for the same reason as oneDNN's
+  attention (``python -m inductor_xpugraph doctor`` tries each on the machine; where they
   record, ``config.allow_capture_ops`` takes them off).
 - Collectives. ``ProcessGroupXCCL::collective`` (torch-xpu-ops ``src/xccl``) runs every
   collective on XCCL's own queue behind an event. CUDA capture follows such a dependency into
@@ -34,8 +47,9 @@ by this project):
   collective is a fallback kernel (``comm_lowering``), ``wait_tensor`` (and, from torch 2.15,
   ``wait_tensors``) included, which make the recording queue wait for XCCL's: all are listed.
 
-An entry may hold for some torch releases only (``Listed.before``): the list a compile uses is
-that of the installed torch (``ops_not_to_capture``). On the CPU under SYCL Graph's rules
+An entry may hold for some torch releases (``Listed.before``) or recording modes
+(``Listed.recordings``) only: the list a compile uses is that of the installed torch and the
+device's recording mode (``ops_not_to_capture``). On the CPU under SYCL Graph's rules
 (``inductor_xpugraph.sycl_rules.on_cpu``) it is the xpu list of the release the rules are
 for, named by the CPU operators that stand for the xpu ones (``STAND_IN_OPS``).
 
@@ -51,10 +65,11 @@ from typing import Any
 import torch
 
 from ... import config
+from .xpu_recording import COMMAND_BUFFER, RECORDING_MODES, device_recording_mode
 
 _FLASH_ATTENTION = (
-    "its sycl-tla flash-attention kernels use work-group scratch memory, which SYCL Graph "
-    "does not record (intel/torch-xpu-ops#3142)"
+    "its sycl-tla flash-attention kernels use work-group scratch memory, which SYCL Graph's "
+    "command buffers do not record; native recording does (intel/torch-xpu-ops#3142)"
 )
 _XCCL_QUEUE = (
     "XCCL runs it on a queue of its own, and SYCL Graph rejects a dependency on another queue "
@@ -93,13 +108,15 @@ def _functional_collectives(names: str, reason: str) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Listed:
-    """Why an operator is not captured, and before which torch release (None: on all)."""
+    """Why an operator is not captured, before which torch release (None: on all), and under
+    which recording modes (``xpu_recording``)."""
 
     reason: str
     before: tuple[int, int] | None = None
+    recordings: tuple[str, ...] = RECORDING_MODES
 
-    def holds_for(self, release: tuple[int, int]) -> bool:
-        return self.before is None or release < self.before
+    def holds_for(self, release: tuple[int, int], recording: str) -> bool:
+        return (self.before is None or release < self.before) and recording in self.recordings
 
 
 #: Per device type, the operators its graphs are known not to record, with why.
@@ -112,8 +129,12 @@ UNRECORDABLE_OPS: dict[str, dict[str, str | Listed]] = {
         "aten::_scaled_dot_product_fused_attention_overrideable_backward": Listed(
             _ONEDNN_ATTENTION, before=(2, 15)
         ),
-        "aten::_scaled_dot_product_flash_attention": _FLASH_ATTENTION,
-        "aten::_scaled_dot_product_flash_attention_backward": _FLASH_ATTENTION,
+        "aten::_scaled_dot_product_flash_attention": Listed(
+            _FLASH_ATTENTION, recordings=(COMMAND_BUFFER,)
+        ),
+        "aten::_scaled_dot_product_flash_attention_backward": Listed(
+            _FLASH_ATTENTION, recordings=(COMMAND_BUFFER,)
+        ),
         **_functional_collectives(
             "all_reduce all_reduce_ all_reduce_coalesced all_reduce_coalesced_ "
             "all_gather_into_tensor all_gather_into_tensor_out all_gather_into_tensor_coalesced "
@@ -143,16 +164,25 @@ def torch_release() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def listed_ops(device_type: str, release: tuple[int, int] | None = None) -> dict[str, str]:
+def listed_ops(
+    device_type: str, release: tuple[int, int] | None = None, recording: str | None = None
+) -> dict[str, str]:
     """The operators graphs on ``device_type`` do not record under torch ``release`` (the
-    installed one by default), with why."""
+    installed one by default) and ``recording`` mode (by default ``config.xpu_recording``,
+    whose "auto" is the mode of device 0 of this process: ``xpu_recording``), with why."""
     if device_type in STAND_IN_OPS:
         return STAND_IN_OPS[device_type]
+    entries = UNRECORDABLE_OPS.get(device_type)
+    if not entries:
+        return {}
     release = release or torch_release()
+    if recording is None:
+        chosen = config.xpu_recording
+        recording = device_recording_mode(release) if chosen == "auto" else chosen
     listed = {}
-    for op, entry in UNRECORDABLE_OPS.get(device_type, {}).items():
+    for op, entry in entries.items():
         entry = entry if isinstance(entry, Listed) else Listed(entry)
-        if entry.holds_for(release):
+        if entry.holds_for(release, recording):
             listed[op] = entry.reason
     return listed
 

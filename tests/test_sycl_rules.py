@@ -238,6 +238,114 @@ def test_a_recording_queue_that_depends_on_another_graphs_node_throws_sycls_text
         second.wait_event(event)
 
 
+# -- native recording (read from intel/llvm; Intel's runtime on the CPU cannot record natively) --
+
+
+def test_native_recording_takes_one_queue_per_graph():
+    """graph_impl.cpp: "Recording the same graph to multiple queues is not supported in
+    native mode" (NativeRecording/exception_multi_queue_recording.cpp)."""
+    first, second = sycl.Queue(), sycl.Queue()
+    graph = sycl.CommandGraph(native=True)
+    graph.begin_recording(first)
+    with pytest.raises(sycl.SyclError, match="multiple queues"):
+        graph.begin_recording(second)
+    assert second.state == "executing"
+
+
+def test_native_recording_takes_a_fork_that_is_joined_back():
+    """NativeRecording/multi_queue.cpp: a queue that depends on a recorded node joins the
+    recording; once the recording queue depends on its last node, the recording ends."""
+    origin, forked, counter = sycl.Queue(), sycl.Queue(), sycl.Counter()
+    graph = sycl.CommandGraph(native=True)
+    graph.begin_recording(origin)
+    fork = origin.submit(counter.increment)
+    branch = forked.submit(counter.increment, depends_on=[fork])
+    assert forked.state == "recording"
+    origin.submit(counter.increment, depends_on=[branch])
+    graph.end_recording()
+    assert (origin.state, forked.state) == ("executing", "executing")
+    origin.submit_graph(graph.finalize())
+    assert counter.value == 3
+
+
+def test_native_recording_refuses_to_end_with_a_fork_not_joined_back():
+    """NativeRecording/exception_unjoined_fork.cpp: errc::runtime at end_recording."""
+    origin, forked, counter = sycl.Queue(), sycl.Queue(), sycl.Counter()
+    graph = sycl.CommandGraph(native=True)
+    graph.begin_recording(origin)
+    forked.submit(counter.increment, depends_on=[origin.submit(counter.increment)])
+    with pytest.raises(sycl.SyclError, match="not joined back"):
+        graph.end_recording()
+    assert origin.state == "recording"
+
+
+def test_native_recording_lets_no_queue_join_after_its_recording_ended():
+    """NativeRecording/exception_external_event.cpp: an event of the graph used outside the
+    recording throws (under command buffers the queue would join the graph instead)."""
+    origin, later = sycl.Queue(), sycl.Queue()
+    graph = sycl.CommandGraph(native=True)
+    graph.begin_recording(origin)
+    recorded = origin.submit_barrier()
+    graph.end_recording()
+    executable = graph.finalize()
+    with pytest.raises(sycl.SyclError, match="used outside its recording"):
+        later.submit_barrier([recorded])
+    assert later.state == "executing"
+    del executable
+
+
+def test_native_recording_refuses_a_dependency_on_an_event_from_before_it():
+    origin = sycl.Queue()
+    before = origin.submit_barrier()
+    graph = sycl.CommandGraph(native=True)
+    graph.begin_recording(origin)
+    with pytest.raises(sycl.SyclError, match="from outside the graph"):
+        origin.submit_barrier([before])
+
+
+@pytest.mark.parametrize(
+    "release, recording", [("2.13", None), ("2.14", "command-buffer"), ("2.14", None)]
+)
+def test_xpugraph_records_as_the_release_chooses(release, recording):
+    device = StandInXpu(release_of(release), recording)
+    graph = device.XPUGraph()
+    graph.capture_begin()
+    native = device.current_stream().queue.recording_into.native
+    graph.capture_end()
+    assert native is (release == "2.14" and recording is None)
+
+
+def test_data_center_max_keeps_command_buffers_unless_native_recording_is_forced(monkeypatch):
+    release = release_of("2.15")
+    monkeypatch.delenv("SYCL_GRAPH_FORCE_NATIVE_RECORDING", raising=False)
+    assert StandInXpu(release, data_center_max=True).recording == "command-buffer"
+    assert StandInXpu(release).recording == "native"
+    monkeypatch.setenv("SYCL_GRAPH_FORCE_NATIVE_RECORDING", "1")
+    assert StandInXpu(release, data_center_max=True).recording == "native"
+
+
+# -- the pool-id latch of torch 2.13 -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release, latched", [("2.13", True), ("2.14", False), ("2.15", False)])
+def test_a_capture_into_a_pool_whose_graphs_all_went_asserts_on_torch_2_13(release, latched):
+    """Capture into pool P, drop every graph of P, capture into P again: torch 2.13's
+    allocator kept P with no holds, and ``create_or_incref_pool`` asserts."""
+    device = stand_in(release)
+    pool = device.graph_pool_handle()
+    first = device.XPUGraph()
+    first.capture_begin(pool=pool)
+    first.capture_end()
+    del first
+    again = device.XPUGraph()
+    if latched:
+        with pytest.raises(RuntimeError, match="use_count > 0 INTERNAL ASSERT"):
+            again.capture_begin(pool=pool)
+    else:
+        again.capture_begin(pool=pool)
+        again.capture_end()
+
+
 def test_destroying_a_failed_xpugraph_returns_its_queue_to_executing():
     """``~XPUGraph`` destroys its SYCL graph, and a queue still recording into a graph whose
     last handle is gone executes again (measured on Intel's runtime)."""

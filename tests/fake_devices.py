@@ -79,6 +79,7 @@ def generate_wrapper_source(
     never_capture_ops: tuple[str, ...] = (),
     inductor_settings: tuple[tuple[str, object], ...] = (),
     unbacked: bool = False,
+    xpu_recording: str = "command-buffer",
 ) -> str:
     """Return the Python wrapper source Inductor generates for a small graph on `device`.
 
@@ -97,7 +98,9 @@ def generate_wrapper_source(
     on xpu when training (the CPU build cannot pick a kernel for a fake device, so the test
     names the op). `unbacked=True` (with `partition`) compiles ``(x @ w).relu()`` and a
     tensor sized by ``xpugraph_tests::count_positive``, a custom op that returns a
-    data-dependent (unbacked) size. `never_capture_ops` is set in ``inductor_xpugraph.config``;
+    data-dependent (unbacked) size. `never_capture_ops` and `xpu_recording` (how the fake xpu
+    device records, which decides its do-not-capture list: command buffers by default, whatever
+    the installed torch) are set in ``inductor_xpugraph.config``;
     `inductor_settings`, (name, value) pairs, in Inductor's config. Runs in a fresh process
     (``fresh_processes``).
     """
@@ -109,6 +112,7 @@ def generate_wrapper_source(
         never_capture_ops=never_capture_ops,
         inductor_settings=inductor_settings,
         unbacked=unbacked,
+        xpu_recording=xpu_recording,
     )
     with (
         tempfile.TemporaryDirectory(prefix="fake-device-codegen-") as tmp,
@@ -282,6 +286,7 @@ def _generate(
     never_capture_ops: tuple[str, ...],
     inductor_settings: tuple[tuple[str, object], ...],
     unbacked: bool,
+    xpu_recording: str,
 ) -> str:
     """``generate_wrapper_source``, in the fresh process."""
     # force_disable_caches still writes kernels to a fresh dir under the cache dir.
@@ -305,5 +310,6 @@ def _generate(
         for extension_device in extension_devices:
             inductor_xpugraph.enable(extension_device)
         inductor_xpugraph.config.never_capture_ops = tuple(never_capture_ops)
+        inductor_xpugraph.config.xpu_recording = xpu_recording
 
     return _capture_wrapper_source(device, partition, static, attention, unbacked)

@@ -73,13 +73,19 @@ def this_torch_has(options: dict[str, Any]) -> bool:
 
 
 @functools.cache
-def attention_source(device: str, extension_devices: tuple[str, ...], never: tuple = ()) -> str:
+def attention_source(
+    device: str,
+    extension_devices: tuple[str, ...],
+    never: tuple = (),
+    xpu_recording: str = "command-buffer",
+) -> str:
     return generate_wrapper_source(
         device,
         partition=True,
         extension_devices=extension_devices,
         attention=True,
         never_capture_ops=never,
+        xpu_recording=xpu_recording,
     )
 
 
@@ -344,6 +350,15 @@ def test_the_partition_after_xpu_attention_takes_its_output_not_its_tuple():
     assert f"{kernel}[0]" in call
     for name in partition_names(source):
         assert f"{kernel}[" not in function_source(source, name)
+
+
+def test_xpu_attention_is_graphed_where_the_device_records_natively():
+    """Native recording (torch >= 2.14 off Data Center GPU Max) records the flash kernels'
+    work-group scratch memory: nothing is partitioned out, and no graph is lost."""
+    source = attention_source("xpu", ("xpu",), xpu_recording="native")
+    assert "# Not graphed" not in source
+    assert "record_skip" not in source
+    assert any(FLASH_ATTENTION_CALL in function_source(source, name) for name in partition_names(source))
 
 
 def test_xpu_attention_wrapper_says_which_op_runs_ungraphed_why_and_where():

@@ -77,7 +77,8 @@ def skip_events():
 
 
 def test_xpu_list_names_the_flash_attention_kernels_and_the_functional_collectives():
-    listed = ops_not_to_capture("xpu")
+    with inductor_xpugraph.config.patch(xpu_recording="command-buffer"):
+        listed = ops_not_to_capture("xpu")
 
     assert {FLASH_ATTENTION, FLASH_ATTENTION + "_backward"} <= set(listed)
     assert {
@@ -100,6 +101,32 @@ def test_onednn_attention_is_listed_before_torch_2_15(release, listed):
     assert (ONEDNN_ATTENTION + "_backward" in ops) is listed
 
 
+@pytest.mark.parametrize("recording, listed", [("command-buffer", True), ("native", False)])
+def test_flash_attention_is_listed_under_command_buffers_only(recording, listed):
+    """Work-group scratch memory: refused by command buffers (intel/torch-xpu-ops#3142),
+    recorded natively (intel/llvm NativeRecording/work_group_scratch_memory.cpp)."""
+    for release in [(2, 14), (2, 15)]:
+        ops = unrecordable_ops.listed_ops("xpu", release, recording)
+        assert (FLASH_ATTENTION in ops) is listed
+        assert (FLASH_ATTENTION + "_backward" in ops) is listed
+
+
+def test_the_list_follows_the_recording_mode_torch_chooses(monkeypatch):
+    """``config.xpu_recording="auto"``: torch 2.13 records through command buffers, 2.14 on a
+    device that cannot be asked (a client GPU) natively; the setting overrides it."""
+    monkeypatch.delenv("SYCL_GRAPH_FORCE_NATIVE_RECORDING", raising=False)
+    assert FLASH_ATTENTION in unrecordable_ops.listed_ops("xpu", (2, 13))
+    assert FLASH_ATTENTION not in unrecordable_ops.listed_ops("xpu", (2, 14))
+    with inductor_xpugraph.config.patch(xpu_recording="command-buffer"):
+        assert FLASH_ATTENTION in unrecordable_ops.listed_ops("xpu", (2, 14))
+
+
+def test_a_bad_recording_mode_is_refused_and_changes_nothing():
+    with pytest.raises(ValueError, match="xpu_recording"):
+        inductor_xpugraph.config.xpu_recording = "level-zero"
+    assert inductor_xpugraph.config.xpu_recording == "auto"
+
+
 def test_onemkl_ops_are_listed_on_every_release():
     for release in [(2, 11), (2, 13), (2, 15)]:
         ops = unrecordable_ops.listed_ops("xpu", release)
@@ -118,7 +145,9 @@ def test_devices_without_a_list_capture_everything():
 
 
 def test_allow_capture_ops_takes_an_op_off_the_device_list():
-    with inductor_xpugraph.config.patch(allow_capture_ops=(FLASH_ATTENTION,)):
+    with inductor_xpugraph.config.patch(
+        allow_capture_ops=(FLASH_ATTENTION,), xpu_recording="command-buffer"
+    ):
         listed = ops_not_to_capture("xpu")
     assert FLASH_ATTENTION not in listed
     assert FLASH_ATTENTION + "_backward" in listed

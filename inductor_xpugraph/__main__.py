@@ -271,13 +271,18 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _sycl_rules_refusal(args: argparse.Namespace) -> str:
     """Why ``doctor --sycl-rules`` cannot run with these options ("" if it can)."""
-    from .sycl_rules.releases import RELEASES
+    from .sycl_rules.releases import RELEASES, rule_set
 
-    if args.sycl_rules not in RELEASES:
-        return (
-            f"--sycl-rules {args.sycl_rules}: no rule set for torch {args.sycl_rules}; choose "
-            f"one of {', '.join(sorted(RELEASES))}"
-        )
+    try:
+        rule_set(args.sycl_rules)
+    except ValueError as error:
+        version = args.sycl_rules.partition(":")[0]
+        if version not in RELEASES:
+            return (
+                f"--sycl-rules {args.sycl_rules}: no rule set for torch {version}; choose "
+                f"one of {', '.join(sorted(RELEASES))}"
+            )
+        return f"--sycl-rules {args.sycl_rules}: {error}"
     if set(args.device or []) != {"cpu"}:
         given = ", ".join(f"--device {d}" for d in dict.fromkeys(args.device or [])) or "none"
         return (
@@ -330,9 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     doctor_parser.add_argument(
         "--sycl-rules",
         default=None,
-        metavar="RELEASE",
+        metavar="RELEASE[:MODE]",
         help="with --device cpu: probe the CPU under SYCL Graph's rules as torch RELEASE's XPU "
-        f"runtime meets them ({', '.join(SYCL_RULES_RELEASES)}), a stand-in for an Intel GPU, "
+        f"runtime meets them ({', '.join(SYCL_RULES_RELEASES)}), recording as torch chooses "
+        "or as MODE says (command-buffer, native; torch >= 2.14), a stand-in for an Intel GPU, "
         "not a measurement of one",
     )
     doctor_parser.add_argument(

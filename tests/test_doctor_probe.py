@@ -253,11 +253,12 @@ def under_rules(monkeypatch):
     monkeypatch.setattr(device_graphs, "_DEVICES_THAT_CANNOT_RECORD", {})
     monkeypatch.setattr(capture_streams, "_capture_streams", {})
 
-    def run(release):
-        with sycl_rules.on_cpu(release):
+    def run(rules):
+        release, recording = sycl_rules.releases.rule_set(rules)
+        with sycl_rules.on_cpu(release.version, recording=recording):
             assert backend_class("cpu") is sycl_rules.XpuRulesBackend
             result = device_probe.probe_device("cpu", lambda: backend_class("cpu")(0))
-        assert result.sycl_rules == release
+        assert result.sycl_rules == rules
         return probe_report.probe_findings("cpu", probe_report.ChildRun(result))
 
     return run
@@ -294,20 +295,20 @@ def test_on_torch_2_13s_rules_onemkl_ops_and_attention_do_not_record_in_sycls_wo
 
 
 def test_on_torch_2_15s_rules_attention_records_and_onemkl_still_does_not(under_rules):
-    findings = under_rules("2.15")
+    findings = under_rules("2.15:native")
     graphs = findings[0]
     assert graphs.status is Status.OK, lines(findings)
-    assert graphs.check == "graphs (stand-in xpu, torch 2.15 rules)"
+    assert graphs.check == "graphs (stand-in xpu, torch 2.15 rules, native recording)"
     assert f"a matmul, attention ({CPU_ATTENTION}) and torch.rand captured" in graphs.detail
     assert graphs.detail.endswith(
         "the CPU stands in for an xpu device under SYCL Graph's rules as torch 2.15's XPU "
-        'runtime meets them (inductor_xpugraph.sycl_rules.on_cpu("2.15")): a stand-in, not an '
-        "XPU measurement"
+        'runtime meets them (inductor_xpugraph.sycl_rules.on_cpu("2.15", recording="native")): '
+        "a stand-in, not an XPU measurement"
     )
     assert not [f for f in findings if f.detail.startswith(f"{CPU_ATTENTION} ")]  # not listed
     linalg_inv = op_line(findings, "aten::linalg_inv_ex")
     assert linalg_inv.detail.startswith(
-        f"aten::linalg_inv_ex does not record here ({SYCL_REFUSAL})"
+        f"aten::linalg_inv_ex does not record here (SyclError: {sycl.NATIVE_OUTSIDE_EVENT})"
     )
 
 
@@ -346,6 +347,14 @@ def test_a_stand_in_probe_that_gave_nothing_is_named_as_the_stand_in():
         (
             ["--device", "cpu", "--sycl-rules", "2.13", "--no-probe"],
             "--sycl-rules probes the CPU under SYCL Graph's rules; --no-probe captures nothing",
+        ),
+        (
+            ["--device", "cpu", "--sycl-rules", "2.13:native"],
+            "--sycl-rules 2.13:native: torch 2.13 records through command buffers only",
+        ),
+        (
+            ["--device", "cpu", "--sycl-rules", "2.14:level-zero"],
+            "--sycl-rules 2.14:level-zero: recording must be one of 'command-buffer', 'native'",
         ),
     ],
 )
@@ -493,3 +502,16 @@ def test_the_probe_on_cuda_reports_ok():
         ("graphs (cuda:0)", Status.OK),
         ("do-not-capture list (cuda)", Status.OK),
     ], lines(findings)
+
+
+@pytest.mark.parametrize(
+    ("rules", "said"),
+    [
+        ("2.13", "recording: command-buffer: torch 2.13's XPUGraph records through SYCL Graph's"),
+        ("2.14", "recording: native: torch 2.14's XPUGraph records through Level Zero"),
+        ("2.15:command-buffer", "recording: command-buffer: chosen with --sycl-rules"),
+    ],
+)
+def test_doctor_says_which_recording_mode_the_stand_in_uses(rules, said, monkeypatch):
+    monkeypatch.delenv("SYCL_GRAPH_FORCE_NATIVE_RECORDING", raising=False)
+    assert said in doctor.check_sycl_rules(rules).detail

@@ -195,12 +195,13 @@ def attempt(
 
 
 def sycl_rules_of(backend: Any) -> str:
-    """The torch release whose SYCL Graph rules ``backend``'s device follows ("2.13"), when it
-    is the stand-in of ``sycl_rules``; else ""."""
-    from ..sycl_rules.releases import Release
+    """The SYCL Graph rules ``backend``'s device follows ("2.13", "2.14:native"), when it is
+    the stand-in of ``sycl_rules``; else ""."""
+    from ..sycl_rules.releases import Release, rule_set_name
 
-    release = getattr(getattr(backend, "device_module", None), "release", None)
-    return release.version if isinstance(release, Release) else ""
+    device = getattr(backend, "device_module", None)
+    release = getattr(device, "release", None)
+    return rule_set_name(release, device.recording) if isinstance(release, Release) else ""
 
 
 def _random_op_words(device: str) -> str:
@@ -348,7 +349,8 @@ def child_main(argv: list[str]) -> int:
             if release is not None:
                 from .. import sycl_rules
 
-                scope.enter_context(sycl_rules.on_cpu(release))
+                version, recording = sycl_rules.releases.rule_set(release)
+                scope.enter_context(sycl_rules.on_cpu(version.version, recording=recording))
             probe = probe_device(
                 device_type,
                 lambda: _backend_class(device_type, spec)(0),

@@ -342,13 +342,16 @@ def _guarded_value(run: Callable[[], Any], default: Any) -> Any:
 
 def check_sycl_rules(release: str) -> Finding:
     """The first line of a doctor run under ``--sycl-rules``: what its probe lines are."""
+    from ..sycl_rules.releases import rule_set, why_rules_record_so
     from .probe_report import stand_in_words
 
+    rules, recording = rule_set(release)
     return Finding(
         "sycl rules",
         Status.OK,
-        f"{stand_in_words(release)}. The graphs and do-not-capture list lines below say what "
-        "records there and why, in SYCL's words; not speed, nor any kernel's own behaviour",
+        f"{stand_in_words(release)}; recording: {why_rules_record_so(rules, recording)}. The "
+        "graphs and do-not-capture list lines below say what records there and why, in SYCL's "
+        "words; not speed, nor any kernel's own behaviour",
     )
 
 
@@ -375,9 +378,9 @@ def diagnose(
     from .report import not_enabled_hint
 
     if sycl_rules is not None:
-        from ..sycl_rules.releases import release_of
+        from ..sycl_rules.releases import rule_set
 
-        release_of(sycl_rules)  # raises, naming the releases it has rules of
+        rule_set(sycl_rules)  # raises, naming the releases it has rules of
 
     settings = _guarded("settings", check_settings)
     devices = available_devices()

@@ -148,16 +148,20 @@ def where(device_type: str, sycl_rules: str | None = None) -> str:
     """What a probe's lines are about: "xpu:0", "cpu" (the emulator), or the CPU standing in
     for an xpu device under torch ``sycl_rules``'s SYCL Graph rules."""
     if sycl_rules:
-        return f"stand-in xpu, torch {sycl_rules} rules"
+        release, _, recording = sycl_rules.partition(":")
+        return f"stand-in xpu, torch {release} rules" + (f", {recording} recording" if recording else "")
     return device_probe.device_label(device_type)
 
 
-def stand_in_words(release: str) -> str:
-    """What the lines of a probe under ``sycl_rules.on_cpu(release)`` are, in words."""
+def stand_in_words(rules: str) -> str:
+    """What the lines of a probe under the SYCL Graph rules ``rules`` ("2.13", "2.14:native")
+    are, in words."""
+    release, _, recording = rules.partition(":")
+    call = f'"{release}"' + (f', recording="{recording}"' if recording else "")
     return (
         f"the CPU stands in for an xpu device under SYCL Graph's rules as torch {release}'s XPU "
-        f'runtime meets them (inductor_xpugraph.sycl_rules.on_cpu("{release}")): a stand-in, '
-        "not an XPU measurement"
+        f"runtime meets them (inductor_xpugraph.sycl_rules.on_cpu({call})): a stand-in, not an "
+        "XPU measurement"
     )
 
 

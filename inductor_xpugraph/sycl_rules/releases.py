@@ -26,7 +26,12 @@ from collections.abc import Mapping
 
 from ..trees.backends import unrecordable_ops
 from ..trees.backends.unrecordable_ops import torch_release
-from ..trees.backends.xpu_recording import RECORDING_MODES, recording_mode
+from ..trees.backends.xpu_recording import (
+    FIRST_NATIVE_RELEASE,
+    RECORDING_MODES,
+    recording_mode,
+    why_recording_mode,
+)
 
 #: The xpu operator each CPU operator stands for on the stand-in, where the names differ:
 #: the CPU's attention forward stands for oneDNN's (the kernel xpu picks when no input needs
@@ -112,3 +117,30 @@ def check_recording(recording: str | None) -> None:
             f"recording must be one of {', '.join(map(repr, RECORDING_MODES))} (or None: as "
             f"torch chooses), got {recording!r}"
         )
+
+
+def rule_set(spec: str) -> tuple[Release, str | None]:
+    """``"RELEASE[:MODE]"`` ("2.13", "2.14:command-buffer") as (release, recording mode, None
+    for the one torch chooses); ValueError naming what exists."""
+    version, _, mode = spec.partition(":")
+    release = release_of(version)
+    recording = mode or None
+    check_recording(recording)
+    if recording is not None and release.number < FIRST_NATIVE_RELEASE and mode != "command-buffer":
+        raise ValueError(f"torch {version} records through command buffers only")
+    return release, recording
+
+
+def rule_set_name(release: Release, recording: str) -> str:
+    """The canonical spec of a stand-in's rules: the release, and its recording mode where the
+    release has two ("2.13", "2.14:native")."""
+    if release.number < FIRST_NATIVE_RELEASE:
+        return release.version
+    return f"{release.version}:{recording}"
+
+
+def why_rules_record_so(release: Release, recording: str | None) -> str:
+    """Which recording mode a stand-in of these rules uses, and why, in words."""
+    if recording is not None:
+        return f"{recording}: chosen with --sycl-rules {release.version}:{recording}"
+    return why_recording_mode(release.number)

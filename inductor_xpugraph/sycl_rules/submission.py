@@ -8,7 +8,8 @@ current stream's queue of the stand-in device (``torch_xpu.StandInXpu``), which 
   left it there poisons every later random op);
 - the queue records, and a capture is running its callable into that recording: an operator
   SYCL Graph refuses on the release and recording mode (``StandInXpu.refused_ops``) raises
-  SYCL's "Graph nodes cannot depend on events from outside the graph." at submission; any
+  SYCL's "Graph nodes cannot depend on events from outside the graph." (natively recorded:
+  Level Zero's refusal of the same) at submission; any
   other runs now (the capture's run is the graph's first replay, as on the CPU emulator);
 - the queue records and no capture runs into it (a queue a failed capture left recording, or
   one that joined a recording by waiting for it): the operator becomes a node of that graph
@@ -77,7 +78,9 @@ class SubmitToCurrentQueue(TorchDispatchMode):
             return func(*args, **kwargs)
         if recording in device.live_recordings:
             if operator_name(func) in self.refused:
-                raise sycl.SyclError(sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT)
+                raise sycl.SyclError(
+                    sycl.NATIVE_OUTSIDE_EVENT if recording.native else sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT
+                )
             return func(*args, **kwargs)
         device.dropped_work += 1
         return _recorded_not_run(func, args, kwargs)

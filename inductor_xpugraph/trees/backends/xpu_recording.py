@@ -73,7 +73,7 @@ def why_recording_mode(
             f"(PVC); {FORCE_NATIVE}=1 would force native recording"
         )
     return (
-        f"{mode}: torch {version}'s XPUGraph records through Level Zero on this GPU "
+        f"{mode}: torch {version}'s XPUGraph records through Level Zero on a client GPU "
         f"(pytorch/pytorch#188874; Data Center GPU Max keeps command buffers)"
     )
 

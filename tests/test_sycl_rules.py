@@ -55,8 +55,10 @@ def fresh_runtime():
     inductor_xpugraph.reset()
 
 
-def stand_in(release: str = "2.11") -> StandInXpu:
-    return StandInXpu(release_of(release))
+def stand_in(release: str = "2.11", recording: str = "command-buffer") -> StandInXpu:
+    """The stand-in of ``release``, recording through command buffers (the rules measured on
+    Intel's runtime) unless told otherwise."""
+    return StandInXpu(release_of(release), recording)
 
 
 def recording_queues(device: StandInXpu) -> list[sycl.Queue]:

@@ -326,6 +326,23 @@ def test_data_center_max_keeps_command_buffers_unless_native_recording_is_forced
     assert StandInXpu(release, data_center_max=True).recording == "native"
 
 
+@pytest.mark.parametrize(
+    "release, recording, error",
+    [
+        ("2.13", "native", "torch 2.13 records through command buffers only"),
+        ("2.14", "level-zero", "recording must be one of 'command-buffer', 'native'"),
+    ],
+)
+def test_on_cpu_refuses_a_recording_mode_the_release_has_not_and_changes_nothing(
+    release, recording, error
+):
+    enabled = inductor_xpugraph.enabled_devices()
+    with pytest.raises(ValueError, match=error):
+        with sycl_rules.on_cpu(release, recording=recording):
+            pass
+    assert inductor_xpugraph.enabled_devices() == enabled
+
+
 # -- the pool-id latch of torch 2.13 -------------------------------------------------------------
 
 

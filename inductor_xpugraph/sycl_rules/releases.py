@@ -28,6 +28,7 @@ from ..trees.backends import unrecordable_ops
 from ..trees.backends.unrecordable_ops import torch_release
 from ..trees.backends.xpu_recording import (
     FIRST_NATIVE_RELEASE,
+    NATIVE,
     RECORDING_MODES,
     recording_mode,
     why_recording_mode,
@@ -110,13 +111,16 @@ def release_of(version: str | None = None) -> Release:
     return max(known, key=lambda release: release.number) if known else RELEASES["2.11"]
 
 
-def check_recording(recording: str | None) -> None:
-    """Raise for a recording mode that is neither None nor one of ``RECORDING_MODES``."""
+def check_recording(recording: str | None, release: Release) -> None:
+    """Raise for a recording mode that is neither None nor one of ``RECORDING_MODES``, or that
+    ``release``'s runtime does not have (native recording needs torch >= 2.14's oneAPI)."""
     if recording is not None and recording not in RECORDING_MODES:
         raise ValueError(
             f"recording must be one of {', '.join(map(repr, RECORDING_MODES))} (or None: as "
             f"torch chooses), got {recording!r}"
         )
+    if recording == NATIVE and release.number < FIRST_NATIVE_RELEASE:
+        raise ValueError(f"torch {release.version} records through command buffers only")
 
 
 def rule_set(spec: str) -> tuple[Release, str | None]:
@@ -125,9 +129,7 @@ def rule_set(spec: str) -> tuple[Release, str | None]:
     version, _, mode = spec.partition(":")
     release = release_of(version)
     recording = mode or None
-    check_recording(recording)
-    if recording is not None and release.number < FIRST_NATIVE_RELEASE and mode != "command-buffer":
-        raise ValueError(f"torch {version} records through command buffers only")
+    check_recording(recording, release)
     return release, recording
 
 

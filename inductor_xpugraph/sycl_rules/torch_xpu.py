@@ -145,7 +145,7 @@ class StandInXpu:
     def __init__(
         self, release: Release, recording: str | None = None, *, data_center_max: bool = False
     ) -> None:
-        check_recording(recording)
+        check_recording(recording, release)
         self.release = release
         #: "command-buffer" or "native": how XPUGraph records here (by default as torch
         #: chooses for the release on such a device, in this process's environment).

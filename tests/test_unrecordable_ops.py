@@ -127,6 +127,42 @@ def test_a_bad_recording_mode_is_refused_and_changes_nothing():
     assert inductor_xpugraph.config.xpu_recording == "auto"
 
 
+@pytest.mark.parametrize("oneccl, recorded", [(None, False), ((2021, 14, 1), False), ((2021, 17, 2), True)])
+def test_all_reduce_all_gather_and_reduce_scatter_are_captured_from_oneccl_2021_17_2(
+    oneccl, recorded
+):
+    """intel/torch-xpu-ops#2992: XCCL records these three with oneCCL >= 2021.17.2; broadcast,
+    point-to-point and the coalesced forms stay listed."""
+    ops = unrecordable_ops.listed_ops(
+        "xpu", (2, 15), "command-buffer", library_version=lambda library: oneccl
+    )
+    three = {
+        "_c10d_functional::all_reduce",
+        "_c10d_functional::all_gather_into_tensor",
+        "_c10d_functional::reduce_scatter_tensor",
+    }
+    assert not (three & set(ops)) is recorded
+    assert bool(three <= set(ops)) is not recorded
+    assert {"_c10d_functional::broadcast", "_c10d_functional::all_reduce_coalesced"} <= set(ops)
+
+
+def test_the_installed_oneccl_version_is_read_from_its_distribution(monkeypatch):
+    versions = {"oneccl-devel": "2021.17.2"}
+
+    def version(distribution):
+        if distribution not in versions:
+            raise unrecordable_ops.importlib.metadata.PackageNotFoundError(distribution)
+        return versions[distribution]
+
+    monkeypatch.setattr(unrecordable_ops.importlib.metadata, "version", version)
+    unrecordable_ops.installed_library_version.cache_clear()
+    try:
+        assert unrecordable_ops.installed_library_version("oneccl") == (2021, 17, 2)
+        assert unrecordable_ops.installed_library_version("onednn") is None
+    finally:
+        unrecordable_ops.installed_library_version.cache_clear()
+
+
 def test_onemkl_ops_are_listed_on_every_release():
     for release in [(2, 11), (2, 13), (2, 15)]:
         ops = unrecordable_ops.listed_ops("xpu", release)

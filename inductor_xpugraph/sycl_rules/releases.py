@@ -82,8 +82,11 @@ class Release:
 def refused_ops(release: Release, recording: str) -> dict[str, str]:
     """The xpu operators SYCL Graph refuses to record under ``release`` and ``recording``,
     with why, named by the CPU operators that stand for them on the stand-in: the package's
-    xpu do-not-capture list (``unrecordable_ops``), the one record of what each refuses."""
-    listed = unrecordable_ops.listed_ops("xpu", release.number, recording)
+    xpu do-not-capture list (``unrecordable_ops``), the one record of what each refuses, for a
+    runtime known by its release alone (no oneCCL version)."""
+    listed = unrecordable_ops.listed_ops(
+        "xpu", release.number, recording, library_version=unrecordable_ops.no_library
+    )
     return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
 
 

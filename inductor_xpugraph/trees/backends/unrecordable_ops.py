@@ -45,7 +45,9 @@ exception_external_event.cpp``).
   intel/torch-xpu-ops#2992 lets all_reduce, all_gather and reduce_scatter record with
   oneCCL >= 2021.17.2 (not broadcast or point-to-point). In Inductor graphs every functional
   collective is a fallback kernel (``comm_lowering``), ``wait_tensor`` (and, from torch 2.15,
-  ``wait_tensors``) included, which make the recording queue wait for XCCL's: all are listed.
+  ``wait_tensors``) included, which make the recording queue wait for XCCL's: all are listed,
+  but the three that #2992 records are not where oneCCL >= 2021.17.2 is installed
+  (``Listed.recorded_from``; torch's XPU wheels install oneCCL as a Python distribution).
 
 An entry may hold for some torch releases (``Listed.before``) or recording modes
 (``Listed.recordings``) only: the list a compile uses is that of the installed torch and the
@@ -60,6 +62,10 @@ them); ``config.never_capture_ops`` adds operators on every device.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
+import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -102,7 +108,7 @@ _XCCL_WAIT = (
 )
 
 
-def _functional_collectives(names: str, reason: str) -> dict[str, str]:
+def _functional_collectives(names: str, reason: str | Listed) -> dict[str, str | Listed]:
     return {f"_c10d_functional::{name}": reason for name in names.split()}
 
 
@@ -114,9 +120,45 @@ class Listed:
     reason: str
     before: tuple[int, int] | None = None
     recordings: tuple[str, ...] = RECORDING_MODES
+    #: (library, version): where this library is installed at this version or later, the
+    #: runtime records the operator (None: no library does).
+    recorded_from: tuple[str, tuple[int, ...]] | None = None
 
-    def holds_for(self, release: tuple[int, int], recording: str) -> bool:
+    def holds_for(
+        self, release: tuple[int, int], recording: str, library_version: LibraryVersion
+    ) -> bool:
+        if self.recorded_from is not None:
+            library, first = self.recorded_from
+            found = library_version(library)
+            if found is not None and found >= first:
+                return False
         return (self.before is None or release < self.before) and recording in self.recordings
+
+
+#: ``(library) -> its installed version, or None``.
+LibraryVersion = Callable[[str], "tuple[int, ...] | None"]
+#: The oneCCL release whose XCCL records all_reduce, all_gather and reduce_scatter
+#: (intel/torch-xpu-ops#2992, ``errorIfCapturingNonCapturableXCCL``).
+ONECCL_RECORDS_COLLECTIVES = ("oneccl", (2021, 17, 2))
+
+
+@functools.cache
+def installed_library_version(library: str) -> tuple[int, ...] | None:
+    """The version of ``library`` as this Python installed it, or None. torch's XPU wheels
+    install oneCCL as the ``oneccl`` / ``oneccl-devel`` distributions, whose versions are
+    oneCCL's own (intel/torch-xpu-ops ``.github/scripts/env.sh``)."""
+    for distribution in (library, f"{library}-devel"):
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    return None
+
+
+def no_library(library: str) -> None:
+    """``LibraryVersion`` of a runtime described by its torch release only (the stand-in)."""
+    return None
 
 
 #: Per device type, the operators its graphs are known not to record, with why.
@@ -136,10 +178,14 @@ UNRECORDABLE_OPS: dict[str, dict[str, str | Listed]] = {
             _FLASH_ATTENTION, recordings=(COMMAND_BUFFER,)
         ),
         **_functional_collectives(
-            "all_reduce all_reduce_ all_reduce_coalesced all_reduce_coalesced_ "
-            "all_gather_into_tensor all_gather_into_tensor_out all_gather_into_tensor_coalesced "
-            "reduce_scatter_tensor reduce_scatter_tensor_out reduce_scatter_tensor_coalesced",
-            _XCCL_QUEUE_ONECCL,
+            "all_reduce all_reduce_ all_gather_into_tensor all_gather_into_tensor_out "
+            "reduce_scatter_tensor reduce_scatter_tensor_out",
+            Listed(_XCCL_QUEUE_ONECCL, recorded_from=ONECCL_RECORDS_COLLECTIVES),
+        ),
+        **_functional_collectives(
+            "all_reduce_coalesced all_reduce_coalesced_ all_gather_into_tensor_coalesced "
+            "reduce_scatter_tensor_coalesced",
+            _XCCL_QUEUE,
         ),
         **_functional_collectives(
             "all_to_all_single broadcast broadcast_ isend irecv batch_p2p_ops", _XCCL_QUEUE
@@ -165,11 +211,15 @@ def torch_release() -> tuple[int, int]:
 
 
 def listed_ops(
-    device_type: str, release: tuple[int, int] | None = None, recording: str | None = None
+    device_type: str,
+    release: tuple[int, int] | None = None,
+    recording: str | None = None,
+    library_version: LibraryVersion = installed_library_version,
 ) -> dict[str, str]:
     """The operators graphs on ``device_type`` do not record under torch ``release`` (the
     installed one by default) and ``recording`` mode (by default ``config.xpu_recording``,
-    whose "auto" is the mode of device 0 of this process: ``xpu_recording``), with why."""
+    whose "auto" is the mode of device 0 of this process: ``xpu_recording``), with the
+    libraries installed here (``library_version``), with why."""
     if device_type in STAND_IN_OPS:
         return STAND_IN_OPS[device_type]
     entries = UNRECORDABLE_OPS.get(device_type)
@@ -182,7 +232,7 @@ def listed_ops(
     listed = {}
     for op, entry in entries.items():
         entry = entry if isinstance(entry, Listed) else Listed(entry)
-        if entry.holds_for(release, recording):
+        if entry.holds_for(release, recording, library_version):
             listed[op] = entry.reason
     return listed
 

@@ -13,9 +13,6 @@ runtime did on the CPU (intel-sycl-rt and intel-opencl-rt 2026.2.0 on the OpenCL
 - Work submitted to a recording queue becomes a node of the graph and does not run; its event
   is the node's and reports complete at once. An executable graph (``finalize``) runs its
   nodes, in order, each time it is submitted.
-- A node may depend only on nodes of its own graph: a dependency on any other event throws
-  ("Graph nodes cannot depend on events from outside the graph."), whether or not that event
-  has completed.
 - A node may depend only on nodes of its own graph. A recording queue that submits with a
   dependency on a node of another graph that still exists throws "Cannot submit to a recording
   queue with a dependency from a different graph."; on any other event (eager, or of a graph

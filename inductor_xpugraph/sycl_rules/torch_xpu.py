@@ -17,8 +17,13 @@ aten/src/ATen/xpu/XPUGraph.cpp, the XPU caching allocator; torch 2.11-2.15):
   and from torch 2.13 the host allocator, route into the pool with filters that refer to the
   graph; then recording begins (which throws on a queue that records already).
   ``capture_end`` ends the recording first, and only then the routing and the generator's
-  capture mode: when ending the recording fails, all of it stays. Destroying the graph
-  destroys its SYCL graph, and a queue that still recorded into it executes again.
+  capture mode: when ending the recording fails, all of it stays. A successful ``capture_end``
+  keeps only the executable graph, which holds the SYCL graph until ``reset``. Destroying the
+  graph destroys its SYCL graph, and a queue that still recorded into it executes again.
+- The SYCL graph records through command buffers or natively (``StandInXpu.recording``, as
+  the release chooses on the device: ``trees.backends.xpu_recording``).
+- torch 2.13's allocator latches a pool id whose holds all went: a capture into it asserts
+  (``Release.latches_pool_ids``).
 
 What runs: the work is Inductor's CPU code. Operators reach a queue through
 ``submission.SubmitToCurrentQueue`` (the stand-in's dispatch mode); a capture records the

@@ -15,12 +15,14 @@ instead, as torch's XPU runtime of one release meets them::
 Inside, graphs on the CPU run through the xpu backend's own code (``DeviceGraphBackend``) over
 a stand-in of torch's XPU runtime (``torch_xpu.StandInXpu``: a pool of 32 SYCL queues per
 priority, XPUGraph's order of operations, the allocators' routing, the generator's capture
-mode) built on a model of SYCL's queues, events and graphs (``sycl``), whose rules are
-checked against Intel's SYCL runtime on the CPU (tests/test_sycl_rules_differential.py).
-Every operator is submitted to the current queue (``submission``); those SYCL Graph refuses
-on the release (``releases``) raise SYCL's error at capture, as they would on the GPU, and
-the graphs that run what this package's list for that release names are not captured (on the
-GPU, Inductor partitions around them; it does not split CPU graphs). What it
+mode) built on a model of SYCL's queues, events and graphs (``sycl``), recorded through command
+buffers (rules checked against Intel's SYCL runtime on the CPU:
+tests/test_sycl_rules_differential.py) or natively through Level Zero (torch >= 2.14 on
+client GPUs; rules read from intel/llvm, which the CPU runtime cannot run). Every operator is
+submitted to the current queue (``submission``); those SYCL Graph refuses under the release
+and recording mode (``releases``) raise SYCL's error at capture, as they would on the GPU,
+and the graphs that run what this package's list names are not captured (on the GPU,
+Inductor partitions around them; it does not split CPU graphs). What it
 shows: which of a model's graphs capture, what is left un-graphed and why (``report()``),
 that a refused capture never fails a call. What it cannot: speed, and any kernel's own
 behaviour (the kernels are Inductor's CPU kernels, replayed as on the emulator).

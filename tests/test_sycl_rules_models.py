@@ -247,6 +247,31 @@ def test_on_cpu_leaves_nothing_behind_across_every_release_and_mode():
             assert not_enabled_hint(counts) is None
 
 
+def test_graphs_on_a_device_that_cannot_record_are_counted_skips_with_the_reason():
+    """After a failed ``capture_end`` on 2.13 the stand-in device records no more graphs: after
+    ``reset()`` a new model's graphs are skips that say why, and ``stats()`` gives no advice
+    to enable the package (it is enabled)."""
+    from inductor_xpugraph.diagnostics.report import not_enabled_hint
+
+    x = torch.randn(4, 8)
+    with sycl_rules.on_cpu("2.13") as device:
+        compiled = torch.compile(lambda t: t.cos() * 2, mode="reduce-overhead")
+        compiled(x)
+        device.fail_next("end_recording", "UR_RESULT_ERROR_DEVICE_LOST")
+        compiled(x)
+        torch._dynamo.reset()
+        inductor_xpugraph.reset()
+        again = torch.compile(lambda t: t.sin() * 2, mode="reduce-overhead")
+        for _ in range(3):
+            torch.testing.assert_close(again(x), x.sin() * 2)
+        counts = inductor_xpugraph.stats()
+        said = why_each_graph()
+    assert counts["records"] == 0 and counts["skips"] == 3
+    (reason,) = said.values()
+    assert "cpu:0 records no graph in this process" in reason and "host" in reason
+    assert not_enabled_hint(counts) is None
+
+
 def test_reset_and_model_churn_never_capture_into_a_latched_pool_on_torch_2_13():
     """torch 2.13's allocator asserts on a capture into a pool whose graphs all went: the tree
     takes a fresh pool after ``reset()`` and after its models were deleted, so it records

@@ -47,11 +47,7 @@ def recording_mode(
 ) -> str:
     """The recording mode of torch ``release``'s ``XPUGraph`` on a device (``data_center_max``:
     a Data Center GPU Max, PVC), in a process with ``environ``."""
-    if release < FIRST_NATIVE_RELEASE:  # its oneAPI predates native recording
-        return COMMAND_BUFFER
-    if environ.get(FORCE_NATIVE) == "1":
-        return NATIVE
-    return COMMAND_BUFFER if data_center_max else NATIVE
+    return _decide(release, data_center_max, environ)[0]
 
 
 def why_recording_mode(
@@ -61,19 +57,26 @@ def why_recording_mode(
     environ: Mapping[str, str] = os.environ,
 ) -> str:
     """``recording_mode``'s answer, in words: which mode, and what decided it."""
-    mode = recording_mode(release, data_center_max=data_center_max, environ=environ)
+    mode, why = _decide(release, data_center_max, environ)
+    return f"{mode}: {why}"
+
+
+def _decide(
+    release: tuple[int, int], data_center_max: bool, environ: Mapping[str, str]
+) -> tuple[str, str]:
+    """The one place the mode is decided: (mode, what decided it)."""
     version = f"{release[0]}.{release[1]}"
-    if release < FIRST_NATIVE_RELEASE:
-        return f"{mode}: torch {version}'s XPUGraph records through SYCL Graph's command buffers"
+    if release < FIRST_NATIVE_RELEASE:  # its oneAPI predates native recording
+        return COMMAND_BUFFER, f"torch {version}'s XPUGraph records through SYCL Graph's command buffers"
     if environ.get(FORCE_NATIVE) == "1":
-        return f"{mode}: {FORCE_NATIVE}=1 makes SYCL record every graph natively (intel/llvm#22053)"
+        return NATIVE, f"{FORCE_NATIVE}=1 makes SYCL record every graph natively (intel/llvm#22053)"
     if data_center_max:
-        return (
-            f"{mode}: torch {version}'s XPUGraph keeps command buffers on Data Center GPU Max "
-            f"(PVC); {FORCE_NATIVE}=1 would force native recording"
+        return COMMAND_BUFFER, (
+            f"torch {version}'s XPUGraph keeps command buffers on Data Center GPU Max (PVC); "
+            f"{FORCE_NATIVE}=1 would force native recording"
         )
-    return (
-        f"{mode}: torch {version}'s XPUGraph records through Level Zero on a client GPU "
+    return NATIVE, (
+        f"torch {version}'s XPUGraph records through Level Zero on a client GPU "
         f"(pytorch/pytorch#188874; Data Center GPU Max keeps command buffers)"
     )
 

@@ -20,7 +20,6 @@ from inductor_xpugraph import __main__, sycl_rules
 from inductor_xpugraph.diagnostics import device_probe, doctor, probe_report
 from inductor_xpugraph.diagnostics.findings import Status
 from inductor_xpugraph.sycl_rules import sycl
-from inductor_xpugraph.trees.backends.unrecordable_ops import ONEMKL_OPS
 from inductor_xpugraph.trees.backends import (
     backend_class,
     capture_streams,
@@ -28,6 +27,7 @@ from inductor_xpugraph.trees.backends import (
     unrecordable_ops,
 )
 from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
+from inductor_xpugraph.trees.backends.unrecordable_ops import ONEMKL_OPS
 
 # What SYCL Graph says when a capture meets fused attention (intel/torch-xpu-ops#3142).
 REFUSAL = (

@@ -358,7 +358,9 @@ def test_xpu_attention_is_graphed_where_the_device_records_natively():
     source = attention_source("xpu", ("xpu",), xpu_recording="native")
     assert "# Not graphed" not in source
     assert "record_skip" not in source
-    assert any(FLASH_ATTENTION_CALL in function_source(source, name) for name in partition_names(source))
+    assert any(
+        FLASH_ATTENTION_CALL in function_source(source, name) for name in partition_names(source)
+    )
 
 
 def test_xpu_attention_wrapper_says_which_op_runs_ungraphed_why_and_where():

@@ -4,9 +4,10 @@ reaches the caller, and ``report()`` says of every graph whether it is captured,
 why. A transformer block's attention forward is left out of graphs before 2.15 (oneDNN's kernel
 fails capture, intel/torch-xpu-ops#5069) and captured from 2.15; its backward (sycl-tla flash,
 work-group scratch memory) is left out under command buffers and captured under native
-recording; a graph running ``torch.fft`` (oneMKL) is left out everywhere. Inductor does not split CPU
-graphs into partitions, so on the CPU the graph that runs a listed operator runs un-graphed
-whole (on an Intel GPU, Inductor partitions around it: tests/test_fake_device_codegen.py)."""
+recording; a graph running ``torch.fft`` (oneMKL) is left out everywhere. Inductor does not
+split CPU graphs into partitions, so on the CPU the graph that runs a listed operator runs
+un-graphed whole (on an Intel GPU, Inductor partitions around it:
+tests/test_fake_device_codegen.py)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,9 @@ def test_block_training_equals_eager_with_the_backward_left_out_under_command_bu
     assert said and all(said.values()), said
     forward_captured = release >= "2.15"  # oneDNN's attention stands for the forward
     backward_captured = recording == NATIVE  # flash backward: work-group scratch memory
-    captured = {graph.split(":")[0].split("_")[-1]: why == "captured" for graph, why in said.items()}
+    captured = {
+        graph.split(":")[0].split("_")[-1]: why == "captured" for graph, why in said.items()
+    }
     assert captured == {"forward": forward_captured, "backward": backward_captured}, said
     assert bool(backward_left_out) is not backward_captured
     if backward_left_out:
@@ -225,7 +228,8 @@ def test_on_cpu_leaves_nothing_behind_across_every_release_and_mode():
         (release, mode)
         for release in RELEASES
         for mode in (COMMAND_BUFFER, NATIVE)
-        if (release, mode) != ("2.13", COMMAND_BUFFER) and (mode == COMMAND_BUFFER or release >= "2.14")
+        if (release, mode) != ("2.13", COMMAND_BUFFER)
+        and (mode == COMMAND_BUFFER or release >= "2.14")
     ]
     x = torch.randn(4, 8)
     for index, (release, mode) in enumerate(rule_sets):

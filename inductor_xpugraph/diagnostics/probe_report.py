@@ -149,7 +149,9 @@ def where(device_type: str, sycl_rules: str | None = None) -> str:
     for an xpu device under torch ``sycl_rules``'s SYCL Graph rules."""
     if sycl_rules:
         release, _, recording = sycl_rules.partition(":")
-        return f"stand-in xpu, torch {release} rules" + (f", {recording} recording" if recording else "")
+        return f"stand-in xpu, torch {release} rules" + (
+            f", {recording} recording" if recording else ""
+        )
     return device_probe.device_label(device_type)
 
 

@@ -79,7 +79,9 @@ class SubmitToCurrentQueue(TorchDispatchMode):
         if recording in device.live_recordings:
             if operator_name(func) in self.refused:
                 raise sycl.SyclError(
-                    sycl.NATIVE_OUTSIDE_EVENT if recording.native else sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT
+                    sycl.NATIVE_OUTSIDE_EVENT
+                    if recording.native
+                    else sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT
                 )
             return func(*args, **kwargs)
         device.dropped_work += 1

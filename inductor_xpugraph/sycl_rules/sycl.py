@@ -128,9 +128,7 @@ class _GraphState:
         self.destroyed = False
         self._handles = 0
         # Native recording: each forked queue's last node, until a recording queue depends on it.
-        self.unjoined_forks: weakref.WeakKeyDictionary[Queue, Event] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.unjoined_forks: weakref.WeakKeyDictionary[Queue, Event] = weakref.WeakKeyDictionary()
 
     def held_by(self, handle: object) -> Callable[[], None]:
         """Count ``handle`` as one of the graph's; returns what lets it go (at most once; also

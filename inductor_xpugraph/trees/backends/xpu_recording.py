@@ -67,7 +67,10 @@ def _decide(
     """The one place the mode is decided: (mode, what decided it)."""
     version = f"{release[0]}.{release[1]}"
     if release < FIRST_NATIVE_RELEASE:  # its oneAPI predates native recording
-        return COMMAND_BUFFER, f"torch {version}'s XPUGraph records through SYCL Graph's command buffers"
+        return (
+            COMMAND_BUFFER,
+            f"torch {version}'s XPUGraph records through SYCL Graph's command buffers",
+        )
     if environ.get(FORCE_NATIVE) == "1":
         return NATIVE, f"{FORCE_NATIVE}=1 makes SYCL record every graph natively (intel/llvm#22053)"
     if data_center_max:

@@ -242,15 +242,61 @@ def run_and_report(args: argparse.Namespace) -> int:
 
     import inductor_xpugraph
 
-    if not os.path.exists(args.script):  # before anything runs: no report of nothing
-        print(f"error: cannot run {args.script}: no such file", file=sys.stderr)
-        return 2
     sys.argv = [args.script, *args.script_args]
     try:
         runpy.run_path(args.script, run_name="__main__")
     finally:
         print(inductor_xpugraph.report(args.picture), file=sys.stderr)
     return 0
+
+
+def build_compiled_module(args: argparse.Namespace) -> int:
+    """``build``: the compiled module for this torch, into this environment's cache (``native``),
+    unless one is there already; the compiler's output is shown."""
+    from . import native
+
+    version, found = native.torch_version(), native.find()
+    if found is not None:
+        print(f"The compiled module for torch {version} is there: {found}")
+        return 0
+    lacking = native.missing_tools()
+    if lacking:
+        print(f"error: cannot build the compiled module: this machine lacks {', '.join(lacking)}")
+        return 1
+    cache = native.environment_cache()
+    print(f"Building the compiled module for torch {version} into {cache} (about a minute)")
+    started = time.monotonic()
+    try:
+        built = native.build_into_cache()
+    except Exception as error:
+        print(f"error: the build failed: {error}", file=sys.stderr)
+        return 1
+    if built is None:
+        print(f"Another process is building it now (it holds {cache}); nothing to do here.")
+        return 0
+    print(f"Built {built} in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def refusal_before_torch(args: argparse.Namespace) -> str:
+    """Why the command cannot run, where finding out needs no torch ("" if it can run): a
+    missing export or script, a device this torch was not built for. Said at once, before
+    torch's import (seconds) and before anything runs."""
+    if args.command == "inspect" and not os.path.isdir(args.artifact):
+        return f"{args.artifact} is not an inductor_xpugraph export (no such directory)"
+    if args.command == "report" and not os.path.exists(args.script):
+        return f"cannot run {args.script}: no such file"
+    if args.command == "demo" and args.device in ("cuda", "xpu"):
+        from .native import torch_build
+
+        build = torch_build()
+        if build.get(args.device) is None:
+            return (
+                f"--device {args.device}: this torch ({build['__version__']}) is not built "
+                f"for {args.device}; without --device the demo picks a device it has (the "
+                "CPU emulator here)"
+            )
+    return ""
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -349,12 +395,24 @@ def main(argv: list[str] | None = None) -> int:
         help=f"end a device's probe after this long (default: {PROBE_TIMEOUT:g})",
     )
     doctor_parser.set_defaults(run=_doctor)
+    build_parser = commands.add_parser(
+        "build",
+        help="build the package's compiled module for this torch now, in the foreground "
+        "(pip install --no-build-isolation builds it at install)",
+    )
+    build_parser.set_defaults(run=build_compiled_module)
     args, unknown = parser.parse_known_args(argv)
     chosen = commands.choices[args.command]
     if unknown:  # said by the command's own parser, with its usage
         chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "report" and args.script is None:
         chosen.error("a script to run is required: report script.py [its arguments]")
+    refusal = refusal_before_torch(args)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    if args.command == "build":
+        return args.run(args)
     import inductor_xpugraph
 
     inductor_xpugraph._load_api()  # deferred while the arguments were parsed

@@ -10,8 +10,9 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
 - per device (xpu, cuda): available or not, its name, the graph API the backend needs;
   no device at all is a WARN (only the CPU emulator runs: tests and demos);
 - Triton, which Inductor needs to generate the kernels of an available device;
-- the stale-output error path: torch's binding, else the C++ extension (built on first use,
-  cached by torch), else copies or silently stale outputs;
+- the stale-output error path: torch's binding, else the package's compiled module (found,
+  never built here: ``python -m inductor_xpugraph build`` builds it), else copies or
+  silently stale outputs;
 - registration: the extension is enabled for each available device (and the emulator, when
   enabled) and Inductor would use our wrapper codegen for it;
 - graphs, per device probed (each available xpu and cuda device; the CPU emulator when
@@ -123,29 +124,28 @@ def check_triton(devices: list[str]) -> Finding:
 
 
 def check_stale_output_errors() -> Finding:
-    """Which path turns held outputs of earlier steps into errors (``trees.invalidation``)."""
-    from ..trees import invalidation
+    """Which path turns held outputs of earlier steps into errors (``trees.invalidation``):
+    torch's binding, else the package's compiled module (``native``; looked for, never built
+    here), else copies or silently stale outputs."""
+    from .. import native
+    from ..trees.invalidation import cost_without_the_compiled_module
 
-    if hasattr(torch._C, "_set_storage_access_error_msg"):
-        return Finding("stale-output errors", Status.OK, "torch's own binding")
-    if invalidation.tensor_invalidator() is not None:
-        return Finding(
-            "stale-output errors", Status.OK, "the C++ extension (built, cached by torch)"
-        )
-    if invalidation.can_copy_out_of_pool():
-        return Finding(
-            "stale-output errors",
-            Status.WARN,
-            "the C++ extension cannot be built: held outputs are copied out of the graph "
-            "pool instead (correct, a copy per held output and step)",
-            "install a C++ compiler and torch's headers so that the extension can be built",
-        )
+    has_binding = hasattr(torch._C, "_set_storage_access_error_msg")
+    has_swap = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
+    if has_binding and has_swap:
+        return Finding("stale-output errors", Status.OK, "torch's own binding and storage swap")
+    found = native.find()
+    if found is not None and native.load() is not None:
+        return Finding("stale-output errors", Status.OK, f"the compiled module ({found})")
+    why = native.missing()
+    what = why.what if why else f"the compiled module at {found} does not load"
+    fix = why.fix if why else f"Remove it and run `{native.BUILD_COMMAND}`."
+    silent = not (has_binding or has_swap)  # kept outputs would hold overwritten data
     return Finding(
         "stale-output errors",
-        Status.FAIL,
-        "no binding, no extension, no storage swap: an output kept across steps would "
-        "silently hold overwritten data",
-        "install a C++ compiler (the extension needs it), or torch 2.13 or newer",
+        Status.FAIL if silent else Status.WARN,
+        f"{what}; {cost_without_the_compiled_module()}",
+        fix,
     )
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from .. import native
 from ..trees.messages import first_line
 from . import device_probe
 from .findings import Finding, Status, available_devices
@@ -447,6 +448,8 @@ def start_probes(
     environment variables ``leave_out`` (bad settings, reported apart) left out of it;
     ``sycl_rules``: the CPU's under that torch release's SYCL Graph rules."""
     env = {name: value for name, value in os.environ.items() if name not in leave_out}
+    # The doctor builds nothing unless asked: a probe without the compiled module says so.
+    env[native.BACKGROUND_BUILD_VARIABLE] = "0"
     available = available_devices()
     started: dict[str, RunningProbe | _Known] = {}
     for device in dict.fromkeys(devices):

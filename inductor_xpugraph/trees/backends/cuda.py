@@ -37,9 +37,9 @@ never gets a workspace that only graphed code needed.
 Note [Someone else clears every workspace]: under ``KEEP_OUTSIDE_POOL`` our graphs bake
 workspaces that torch's own map owns, and ``torch._C._cuda_clearCublasWorkspaces()`` frees
 them. Upstream's trees call it around their warmups and captures, so they do whenever they
-run in the same process (``benchmarks/real_clients.py --paired``), and so may a user. Replays after that
-write their scratch into memory the allocator hands out again (on an H200, tensors
-allocated on the capture stream after a clear were overwritten). So while a
+run in the same process (``benchmarks/real_clients.py --paired``), and so may a user.
+Replays after that write their scratch into memory the allocator hands out again (on an
+H200, tensors allocated on the capture stream after a clear were overwritten). So while a
 backend keeps workspaces, torch's function is wrapped (``_watch_workspace_clears``): after
 the clear, every such backend's tree stops replaying and records again from its next
 generation, with new workspaces, and says why. The replay path pays nothing for it.

@@ -1,5 +1,6 @@
-"""The command line's first moments: help and usage errors answer without importing torch,
-a device this torch lacks is one line and exit status 2, the usage names the program."""
+"""The command line's first moments: help, usage errors and errors that need no torch (a
+missing export or script, a device torch was not built for) answer without importing it, a
+device this torch lacks is one line and exit status 2, the usage names the program."""
 
 import subprocess
 import sys
@@ -34,11 +35,42 @@ def test_an_unknown_command_is_a_usage_error_without_importing_torch():
     assert "torch" not in modules_imported(done.stderr)
 
 
+@pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without cuda")
-def test_the_demo_on_a_device_this_torch_lacks_says_so_in_one_line(capsys):
+def test_the_demo_on_a_device_this_torch_sees_none_of_says_so_in_one_line(capsys):
     assert __main__.main(["demo", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sees no cuda device" in err
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="needs a torch built without cuda")
+def test_the_demo_on_a_device_this_torch_is_not_built_for_answers_without_importing_torch():
+    done = run_command("demo", "--device", "cuda")
+    assert done.returncode == 2
+    assert f"this torch ({torch.__version__}) is not built for cuda" in done.stderr
+    assert "torch" not in modules_imported(done.stderr)
+
+
+def test_inspect_of_a_missing_export_answers_without_importing_torch(tmp_path):
+    done = run_command("inspect", str(tmp_path / "missing"))
+    assert done.returncode == 2 and "is not an inductor_xpugraph export" in done.stderr
+    assert "torch" not in modules_imported(done.stderr)
+
+
+def test_inspect_says_of_a_missing_export_what_the_export_reader_says(tmp_path):
+    from inductor_xpugraph.deploy import ArtifactError, describe
+
+    missing = tmp_path / "missing"
+    with pytest.raises(ArtifactError) as raised:
+        describe(str(missing))
+    done = run_command("inspect", str(missing))
+    assert done.stderr.splitlines()[-1] == f"error: {raised.value}"
+
+
+def test_report_of_a_missing_script_answers_without_importing_torch(tmp_path):
+    done = run_command("report", str(tmp_path / "missing.py"))
+    assert done.returncode == 2 and "no such file" in done.stderr
+    assert "torch" not in modules_imported(done.stderr)
 
 
 def test_the_usage_names_the_script_it_was_started_as(monkeypatch, capsys):

@@ -68,8 +68,8 @@ def cost_without_the_compiled_module() -> str:
     """What running without the compiled module costs on this torch."""
     if hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
         return (
-            "this process copies outputs kept past their step out of the graph pool instead "
-            "of making them raise (correct, one device copy per kept output and step)"
+            "outputs kept past their step are copied out of the graph pool instead of made "
+            "errors (correct, one device copy per kept output and step)"
         )
     if hasattr(torch._C, "_set_storage_access_error_msg"):
         return (

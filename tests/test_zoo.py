@@ -180,6 +180,21 @@ def test_the_summary_divides_eager_by_each_time_and_each_ratio_by_upstream():
     assert ours["peak_allocated_vs_upstream"] == pytest.approx(1.15)
     assert ours["peak_reserved_vs_upstream"] == pytest.approx(1.15)
     assert ours["peak_above_upstream_2mib"] == 1 and ours["replaying"] == 1
+
+
+def test_the_summary_gives_the_largest_compile_ratio_beside_the_median():
+    def row(model, impl, compile_s):
+        return {
+            "model": model, "mode": "inference", "impl": impl, "status": "pass",
+            "pipelined_ms": 1.0, "synchronized_ms": 1.0, "compile_s": compile_s,
+            "peak_allocated_mib": 1.0, "peak_reserved_mib": 1.0, "graph_launches_per_call": 1,
+        }  # fmt: skip
+
+    rows = [row(m, "upstream", 10.0) for m in "abc"]
+    rows += [row("a", "ours", 9.0), row("b", "ours", 10.0), row("c", "ours", 13.0)]
+    ours = next(e for e in zoo_report.summarize(rows) if e["impl"] == "ours")
+    assert ours["compile_vs_upstream_median"] == pytest.approx(1.0)
+    assert ours["compile_vs_upstream_max"] == pytest.approx(1.3)
     owned = summary["ours_owned"]
     assert (owned["passed"], owned["vs_upstream_models"], owned["speedup_pipelined"]) == (
         0,

@@ -36,6 +36,7 @@ from types import ModuleType
 import torch
 
 from .. import native
+from . import messages
 
 log = logging.getLogger("inductor_xpugraph")
 
@@ -54,11 +55,8 @@ def _extension() -> ModuleType | None:
     if why is None:  # appeared since ``load`` looked: the next process uses it
         return None
     if why.can_build and native.start_background_build():
-        fix = (
-            f"It is being built in the background for the processes that start after it "
-            f"(log: {native.environment_cache() / (native.module_name() + '.log')}); "
-            f"`{native.BUILD_COMMAND}` builds it in the foreground."
-        )
+        log_file = native.environment_cache() / f"{native.module_name()}.log"
+        fix = messages.compiled_module_building(str(log_file), native.BUILD_COMMAND)
         why = native.Missing(why.what, fix, why.can_build)
     log.warning(why.line(cost_without_the_compiled_module()))
     return None
@@ -66,19 +64,9 @@ def _extension() -> ModuleType | None:
 
 def cost_without_the_compiled_module() -> str:
     """What running without the compiled module costs on this torch."""
-    if hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
-        return (
-            "outputs kept past their step are copied out of the graph pool instead of made "
-            "errors (correct, one device copy per kept output and step)"
-        )
-    if hasattr(torch._C, "_set_storage_access_error_msg"):
-        return (
-            "gradients kept past their step (accumulation) raise instead of keeping "
-            "their values, as with upstream's trees"
-        )
-    return (
-        "an output kept past its step silently holds data the next replays overwrite: "
-        "clone outputs you keep"
+    return messages.without_compiled_module(
+        can_swap=hasattr(torch.UntypedStorage, "_swap_data_ptr_"),
+        can_invalidate=hasattr(torch._C, "_set_storage_access_error_msg"),
     )
 
 

@@ -327,3 +327,29 @@ def skipped_with_or_error(reason: str) -> str:
         f"inductor_xpugraph: a graph would run un-graphed, and "
         f"torch._inductor.config.triton.cudagraph_or_error is set: {reason}"
     )
+
+
+def without_compiled_module(can_swap: bool, can_invalidate: bool) -> str:
+    """What running without the package's compiled module costs (``invalidation``): where torch
+    swaps storages, a copy; else, with torch's invalidation binding, gradient accumulation."""
+    if can_swap:
+        return (
+            "outputs kept past their step are copied out of the graph pool instead of made "
+            "errors (correct, one device copy per kept output and step)"
+        )
+    if can_invalidate:
+        return (
+            "gradients kept past their step (accumulation) raise instead of keeping their "
+            "values, as with upstream's trees"
+        )
+    return (
+        "an output kept past its step silently holds data the next replays overwrite: clone "
+        "outputs you keep"
+    )
+
+
+def compiled_module_building(log_file: str, build_command: str) -> str:
+    return (
+        f"It is being built in the background for the processes that start after this one "
+        f"(log: {log_file}); `{build_command}` builds it in the foreground."
+    )

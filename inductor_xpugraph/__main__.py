@@ -4,6 +4,10 @@
 its devices record graphs (``doctor``); ``doctor --device cpu --sycl-rules 2.13``: what torch
 2.13's XPU runtime would record, the CPU standing in for the GPU (``sycl_rules.on_cpu``).
 ``python -m inductor_xpugraph report script.py [args]``: run a script, then print its report.
+``python -m inductor_xpugraph build``: build the package's C++ module for this torch (``native``;
+otherwise built when the package is installed).
+Errors that need no torch (a missing export or script, a device torch was not built for) are
+said before torch is imported.
 A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every other command says
 so in one line and exits 2 (``_settings``).
 

@@ -101,7 +101,11 @@ def environment_cache() -> Path:
     """Where builds for this environment go: one directory per torch installation."""
     root = os.environ.get("INDUCTOR_XPUGRAPH_CACHE_DIR")
     if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+        try:
+            home_cache = os.path.join(Path.home(), ".cache")
+        except RuntimeError:  # no home directory (some containers)
+            home_cache = os.path.join(tempfile.gettempdir(), f"cache-{os.getuid()}")
+        base = os.environ.get("XDG_CACHE_HOME") or home_cache
         root = os.path.join(base, "inductor_xpugraph")
     torch_dir = str(torch_directory())
     key = hashlib.sha256(torch_dir.encode()).hexdigest()[:16]
@@ -123,12 +127,19 @@ def find() -> Path | None:
 
 
 def built_for_other_releases() -> list[str]:
-    """The torch releases of the compiled modules in the package's directory."""
-    releases = []
+    """The torch releases of the compiled modules in the package's directory, as torch spells
+    them ("2.14.1+cu130" from ``_stale_outputs_torch_2_14_1_cu130``)."""
+    tags = set()
     for path in PACKAGE_DIR.glob(MODULE_PREFIX + "*"):
         if any(path.name.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES):
-            releases.append(path.name[len(MODULE_PREFIX) :].split(".")[0])
-    return sorted(set(releases) - {module_name()[len(MODULE_PREFIX) :]})
+            tags.add(path.name[len(MODULE_PREFIX) :].split(".")[0])
+    tags.discard(module_name()[len(MODULE_PREFIX) :])
+    releases = []
+    for tag in sorted(tags):
+        parts = tag.split("_")
+        local = "_".join(parts[3:])
+        releases.append(".".join(parts[:3]) + (f"+{local}" if local else ""))
+    return releases
 
 
 @functools.cache
@@ -198,7 +209,7 @@ def missing() -> Missing | None:
     if others:
         what = (
             f"no compiled module for torch {version} (the package's was built for torch "
-            f"{', '.join(o.replace('_', '.', 2) for o in others)})"
+            f"{', '.join(others)})"
         )
     else:
         what = f"no compiled module for torch {version} (the package was installed without it)"
@@ -339,6 +350,11 @@ def build_into_cache() -> Path | None:
         return path
 
 
+# The background builder runs this file as ``__main__`` (not ``python file.py``, which would
+# put the package's directory first on ``sys.path``).
+_BUILDER = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+
+
 def background_builds_allowed() -> bool:
     return os.environ.get(BACKGROUND_BUILD_VARIABLE, "1").strip().lower() not in (
         "0",
@@ -356,26 +372,25 @@ def start_background_build() -> bool:
     if why is None or not why.can_build or not background_builds_allowed():
         return False
     cache = environment_cache()
-    with build_lock(cache) as free:
-        if not free:
-            return False
-    log_path = cache / f"{module_name()}.log"
-    with open(log_path, "w") as output:
-        subprocess.Popen(
-            [sys.executable, "-c", _BUILDER, str(Path(__file__).resolve())],
-            cwd=cache,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, BACKGROUND_BUILD_VARIABLE: "0"},
-        )
+    try:
+        with build_lock(cache) as free:
+            if not free:
+                return False
+        with open(cache / f"{module_name()}.log", "w") as output:
+            subprocess.Popen(
+                [sys.executable, "-c", _BUILDER, str(Path(__file__).resolve())],
+                cwd=cache,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, BACKGROUND_BUILD_VARIABLE: "0"},
+            )
+    except OSError as error:  # a cache directory this user cannot write, ...
+        log.info("inductor_xpugraph: no background build of the compiled module: %s", error)
+        return False
     return True
 
-
-# The background builder runs this file as ``__main__`` (not ``python file.py``, which would
-# put the package's directory first on ``sys.path``).
-_BUILDER = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
 
 if __name__ == "__main__":  # the background builder (``start_background_build``)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

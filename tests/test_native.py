@@ -97,6 +97,15 @@ def test_a_build_under_way_makes_another_process_start_none(empty_cache, monkeyp
     assert native.start_background_build() is True and len(started) == 1
 
 
+def test_a_cache_that_cannot_be_made_starts_no_build_and_raises_nothing(empty_cache, monkeypatch):
+    monkeypatch.setenv(native.BACKGROUND_BUILD_VARIABLE, "1")
+    monkeypatch.setattr(native, "find", lambda: None)
+    monkeypatch.setattr(native, "missing_tools", lambda: [])
+    empty_cache.parent.parent.mkdir(parents=True)
+    empty_cache.parent.write_text("a file where the cache's directory should be")
+    assert native.start_background_build() is False
+
+
 def test_a_lock_left_by_a_killed_build_stops_nobody(empty_cache):
     """The builder's lock is the OS's: the kernel drops it with its holder."""
     holder = subprocess.Popen(
@@ -138,8 +147,11 @@ def test_without_a_compiler_the_reason_names_it_and_the_fix(empty_cache, monkeyp
 
 def test_a_module_built_for_another_torch_is_named_in_the_reason(empty_cache, monkeypatch):
     monkeypatch.setattr(native, "find", lambda: None)
-    monkeypatch.setattr(native, "built_for_other_releases", lambda: ["2_12_0"])
-    assert "built for torch 2.12.0" in native.missing().what
+    monkeypatch.setattr(native, "PACKAGE_DIR", empty_cache)
+    empty_cache.mkdir(parents=True)
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    (empty_cache / f"{native.MODULE_PREFIX}2_12_0_cu130{suffix}").touch()
+    assert "built for torch 2.12.0+cu130" in native.missing().what
 
 
 def test_a_failed_build_is_recorded_and_not_retried_on_its_own(empty_cache, monkeypatch):

@@ -17,6 +17,8 @@ import torch
 from inductor_xpugraph import native
 
 PACKAGE = Path(native.__file__).parent
+# CUDA builds of torch make held outputs raise themselves (trees/invalidation.py).
+TORCH_HAS_ITS_OWN_BINDING = hasattr(torch._C, "_set_storage_access_error_msg")
 
 
 @pytest.fixture
@@ -178,6 +180,8 @@ def test_without_the_module_a_process_copies_kept_outputs_and_says_so_once(
     and nothing is built."""
     if not hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
         pytest.skip("torch < 2.13 has no storage swap to copy with")
+    if TORCH_HAS_ITS_OWN_BINDING:
+        pytest.skip("this torch (a CUDA build) makes kept outputs raise without the module")
     code = """
         import logging, torch
         logging.basicConfig(format="%(message)s")
@@ -222,6 +226,9 @@ def test_doctor_without_module_compiler_or_live_lock_answers_in_seconds_with_no_
     elapsed = time.monotonic() - started
     assert " FAIL " not in done.stdout and done.returncode == 0, done.stdout + done.stderr
     stale = next(line for line in done.stdout.splitlines() if "stale-output" in line)
-    assert "WARN" in stale and "a C++ compiler" in stale, stale
+    if TORCH_HAS_ITS_OWN_BINDING and hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
+        assert stale.startswith("OK") and "torch's own binding" in stale, stale  # no module needed
+    else:
+        assert "WARN" in stale and "a C++ compiler" in stale, stale
     assert elapsed < 60, f"doctor took {elapsed:.0f} s"
     assert list(empty_cache.iterdir()) == [empty_cache / f"{native.module_name()}.lock"]

@@ -220,17 +220,36 @@ def test_a_warmup_output_passed_back_in_reads_right_after_a_fresh_pool(device):
     assert wrong_rounds == []
 
 
-def test_an_output_passed_back_in_still_goes_stale_for_the_caller(device):
+def test_an_output_passed_back_in_keeps_its_value_for_the_caller(device):
+    """Note [Outputs passed back in]: handed over rather than made stale, so every state the
+    loop passed on still reads as eager's, while the steps replay."""
     compiled = torch.compile(lambda x: x * 0.5 + 1, mode="reduce-overhead")
     states = [torch.randn(8, device=device)]
     for _ in range(5):
         states.append(compiled(states[-1]))
-    with pytest.raises(RuntimeError, match=STALE):
-        states[3].sum()
-    expected = states[0]
+    expected = [states[0].clone()]
     for _ in range(5):
-        expected = expected * 0.5 + 1
-    torch.testing.assert_close(states[-1], expected)
+        expected.append(expected[-1] * 0.5 + 1)
+    for state, value in zip(states, expected):
+        torch.testing.assert_close(state, value)
+    assert inductor_xpugraph.stats()["replays"] == 3
+
+
+def test_an_output_read_by_every_later_step_keeps_its_value(device):
+    """An encoder-decoder's first decoder step makes the cross-attention keys that every
+    later step reads (T5): passed back into the step after the one that made it, it is
+    handed over, and read by each later step as eager reads it."""
+    make = torch.compile(lambda x: x * 2, mode="reduce-overhead")
+    step = torch.compile(lambda h, keys: h * 0.5 + keys, mode="reduce-overhead")
+    for _ in range(3):  # requests: warmup, record, replay
+        keys = make(torch.randn(8, device=device))
+        expected_keys = keys.clone()
+        h = expected = torch.zeros(8, device=device)
+        for _ in range(4):
+            h = step(h, keys)
+            expected = expected * 0.5 + expected_keys
+        torch.testing.assert_close(h, expected)
+        torch.testing.assert_close(keys, expected_keys)
 
 
 def test_an_output_and_its_view_passed_back_in_are_read_as_inputs(device):
@@ -271,7 +290,8 @@ def test_an_output_passed_back_to_a_later_graph_of_the_step_raises(device):
 
     compiled = torch.compile(two_graphs, mode="reduce-overhead")
     x = torch.randn(8, device=device)
-    kept = compiled(x, torch.randn(8, device=device))
+    for _ in range(3):  # warmup, record, replay: a graph's output, not a warmup's
+        kept = compiled(x, torch.randn(8, device=device))
     with pytest.raises(RuntimeError, match=STALE):
         compiled(x, kept)
 
@@ -365,14 +385,27 @@ def test_gradients_kept_past_a_step_are_copied_out_before_the_next_launch(device
 def test_an_output_held_only_as_itself_is_not_copied_or_rebuilt(device):
     """The usual ``out = f(x)`` loop: the held object is invalidated, its memory is not."""
     compiled = torch.compile(lambda x: x * 2, mode="reduce-overhead")
-    previous = compiled(torch.randn(8, device=device))
+    compiled(torch.randn(8, device=device))  # the warmup
+    previous = compiled(torch.randn(8, device=device))  # the record
     for _ in range(5):  # each call starts while the caller still holds the previous output
         current = compiled(torch.randn(8, device=device))
         with pytest.raises(RuntimeError, match=STALE):
             previous.sum()
         previous = current
     stats = inductor_xpugraph.stats()
-    assert stats["handovers"] == 0 and stats["replays"] == 4
+    assert stats["handovers"] == 0 and stats["replays"] == 5
+
+
+def test_a_held_warmup_output_goes_stale_one_step_later(device):
+    """Note [Un-graphed outputs go stale a generation late]: readable, with its value,
+    through the step after its own; stale after that."""
+    compiled = torch.compile(lambda x: x * 2, mode="reduce-overhead")
+    warmup_output = compiled(torch.ones(8, device=device))
+    compiled(torch.ones(8, device=device))
+    torch.testing.assert_close(warmup_output, torch.full((8,), 2.0, device=device))
+    compiled(torch.ones(8, device=device))
+    with pytest.raises(RuntimeError, match=STALE):
+        warmup_output.sum()
 
 
 def test_reset_makes_outputs_it_dropped_raise_and_says_so(device):

@@ -48,7 +48,14 @@ class Generation:
     ``pending_backward``.
     """
 
-    __slots__ = ("number", "pending_backward", "replayed_nodes", "eager_outputs", "written")
+    __slots__ = (
+        "number",
+        "pending_backward",
+        "replayed_nodes",
+        "eager_outputs",
+        "written",
+        "carried",
+    )
 
     def __init__(self, number: int | None = None) -> None:
         # ``current_generation()`` when it started; None for a tree that has run nothing.
@@ -62,6 +69,9 @@ class Generation:
         self.eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]] = []
         # Its outputs that a later call of it wrote in place: state (``note_written``).
         self.written: list[tuple[weakref.ref, int]] = []
+        # Un-graphed outputs of the generation before that the caller held when it ended:
+        # stale when this one ends, unless a call of it writes them (``take_carried``).
+        self.carried: list[tuple[CallableIdentity, list[weakref.ref]]] = []
 
     def note_eager(self, producer: CallableIdentity, outputs: Any) -> None:
         """Note what an un-graphed run of ``producer`` gave the caller, to retire it when the
@@ -84,6 +94,25 @@ class Generation:
             arg = args[i]
             if isinstance(arg, torch.Tensor) and so_far.goes_stale(arg):
                 self.written.append((weakref.ref(arg), arg.untyped_storage().data_ptr()))
+
+    def take_carried(self, args: list[Any], positions: tuple[int, ...]) -> list[torch.Tensor]:
+        """The tensors of ``args`` at ``positions`` (a call writes them in place) that are
+        carried from the generation before: state, which no longer goes stale (Note
+        [Un-graphed outputs go stale a generation late] in ``handed_out``). Called where a
+        callable warms up or records, never on the replay fast path."""
+        if not self.carried:
+            return []
+        written = {
+            id(arg): arg for i in positions if isinstance(arg := args[i], torch.Tensor)
+        }
+        taken: list[torch.Tensor] = []
+        for _, refs in self.carried:
+            for ref in list(refs):
+                out = ref()
+                if out is not None and id(out) in written:
+                    taken.append(out)
+                    refs.remove(ref)
+        return taken
 
     def ran(self, callable_id: int) -> bool:
         """Whether ``callable_id`` ran in this generation, graphed or not."""
@@ -117,6 +146,6 @@ class Generation:
         """What was handed out so far, each node once, for retiring; the generation keeps
         noting from empty."""
         nodes = list(dict.fromkeys(self.replayed_nodes))
-        taken = HandedOut(nodes, self.eager_outputs, self.written)
-        self.replayed_nodes, self.eager_outputs, self.written = [], [], []
+        taken = HandedOut(nodes, self.eager_outputs, self.written, self.carried)
+        self.replayed_nodes, self.eager_outputs, self.written, self.carried = [], [], [], []
         return taken

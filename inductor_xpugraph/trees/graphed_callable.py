@@ -229,6 +229,8 @@ class GraphedCallable:
             self._raise_for_stale_state(args)
             self._passed_again = self._mutated_inputs_seen.note(args)
             tree.generation.note_written(args, self._may_be_state)
+            for state in tree.generation.take_carried(args, self._may_be_state):
+                tree.keep_state(state)
         if self.aligned_inputs:
             misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
             if misaligned:  # before anything runs

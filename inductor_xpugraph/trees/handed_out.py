@@ -12,10 +12,11 @@ reference count, and the reference counts of the output objects the recordings h
 again while nobody holds them (``recording``), tell whether the caller still uses a block.
 ``GraphTree.retire_handed_out``:
 
-1. makes each output object of a forward or inference graph (or warmup run) that the caller
-   still holds raise the stale-output error, and gives its position a new object. This drops
-   its reference to the memory: the usual ``out = f(x)`` loop ends here, at the cost of one
-   call per held output;
+1. makes each output object of a forward or inference graph that the caller still holds
+   raise the stale-output error, and gives its position a new object. This drops its
+   reference to the memory: the usual ``out = f(x)`` loop ends here, at the cost of one call
+   per held output. Output objects of un-graphed runs (warmups) go stale one generation
+   later (Note [Un-graphed outputs go stale a generation late]);
 2. retires every block handed out in the generation that is still referenced some other
    way, or whose output object the caller holds (a gradient, which step 1 keeps). Its
    storage object leaves with the caller's tensors and the graph continues with a
@@ -37,25 +38,50 @@ again while nobody holds them (``recording``), tell whether the caller still use
    Without a way to invalidate (no binding, no extension), every block is handed over:
    correct, at the price of a copy; without a way to hand over (torch 2.11 and no
    extension), gradients are made stale like the rest: loud, as upstream's trees are.
-``reset()`` retires the same way (the message says that reset dropped the output).
+``reset()`` retires the same way (the message says that reset dropped the output), and makes
+every un-graphed output stale at once.
+
+Note [Un-graphed outputs go stale a generation late]
+----------------------------------------------------
+State that compiled code makes shows itself only when a later call writes it (Note [Outputs
+kept as state] in ``kept_state``). When that call is not the first of the next generation
+(a graph after a graph break: a decoder layer's hook, a cache made by one graph and first
+written by the graph after a break, an encoder-decoder whose cross-attention cache one
+decoder step makes and later steps only read), retiring at the generation's end would make
+it stale before the call that writes it: Dynamo, compiling that call, reads it first.
+
+Such state is made by the first call of the code that makes it, and a first call is a
+warmup: an un-graphed run. So the output objects of un-graphed runs that the caller still
+holds when their generation ends are not made stale then: their memory leaves the pool with
+the warmups' other held memory (``WarmupOutputs.hand_over``, before any graph runs), and they
+are carried through the next generation (``Generation.carried``). A call of that generation
+that writes one keeps it as state (``Generation.take_carried``); the others go stale when it
+ends. Nothing a graph replays over is read: a carried output lies outside the pool. The cost
+is one copy of each held warmup output, at the few generations that warm up; a graph's
+outputs (replays) go stale at their generation's end as before. Code that reads a result of
+the step before therefore fails at the second step of a warmup rather than the first.
 
 Note [Outputs passed back in]
 -----------------------------
 A loop that feeds a step's output into the next step (``state = step(state)``: a recurrent
-cell, an ODE or diffusion integrator, a decode loop that passes its cache back) hands the
-generation's first call an output that retiring is about to make stale. That call reads it
-as an input, and nothing has overwritten it yet, but it cannot be read in place: the retire
-would invalidate it before the call reads it (when retiring comes first), and a capture, or
-a replay's input copy, may be placed in its memory (sibling branches share memory). So
-before anything is retired, each such argument of that call is replaced, for the call only,
-by a tensor of the same layout over a copy of its memory (``HandedOut.copy_passed_back``):
-one device copy per step and output passed back. The caller's tensor goes stale as usual.
-Positions the callable mutates are not copied (a mutation of a copy would be lost): what
-they hold is state, handed over instead (Note [Outputs kept as state] in ``kept_state``), as
-gradients are. An output passed to any later call of the new generation raises: the
-generation's replays may have overwritten it.
-Upstream's trees raise when such a call warms up or records (``try_end_curr_warmup`` and
-``try_end_curr_recording`` invalidate the path's outputs first).
+cell, an ODE or diffusion integrator, a decode loop that passes its cache back, an
+encoder-decoder whose first decoder step makes the cross-attention keys and values that every
+later step reads) hands the generation's first call an output that retiring is about to make
+stale. Nothing has overwritten it yet, but the new generation's replays may (sibling branches
+share memory). So before anything is retired, each such argument of that call is noted
+(``HandedOut.keep_passed_back``) and its memory is handed over when the generation is retired,
+before any graph of the new one runs: one device copy out of the pool, after which the
+caller's tensor (the same object, views included) keeps its value in memory of its own and
+the call reads it there. One copy per step and output passed back, as eager makes none; the
+caller may go on reading it, or pass it to any later step, as in eager. Positions the callable
+mutates are handed over too, and kept as state from then on (Note [Outputs kept as state] in
+``kept_state``). Where memory cannot be handed over (torch 2.11 without the compiled module,
+or inside someone else's capture), the call reads a copy made for it alone, and the caller's
+tensor goes stale as usual (``copy_passed_back``).
+An output passed to any later call of the new generation, but not to its first, raises: the
+generation's replays may have overwritten it. Upstream's trees raise when such a call warms up
+or records (``try_end_curr_warmup`` and ``try_end_curr_recording`` invalidate the path's
+outputs first).
 """
 
 from __future__ import annotations
@@ -79,20 +105,26 @@ class HandedOut:
     (their output objects are their recordings'), and the outputs of its un-graphed runs, as
     (callable identity, weak references to its outputs) pairs."""
 
-    __slots__ = ("nodes", "eager_outputs", "kept", "kept_tensors", "written")
+    __slots__ = ("nodes", "eager_outputs", "carried", "kept", "kept_tensors", "written")
 
     def __init__(
         self,
         nodes: list[GraphNode],
         eager_outputs: list[tuple[CallableIdentity, list[weakref.ref]]],
         written: list[tuple[weakref.ref, int]] | None = None,
+        carried: list[tuple[CallableIdentity, list[weakref.ref]]] | None = None,
     ) -> None:
         self.nodes = nodes
         self.eager_outputs = eager_outputs
+        # Un-graphed outputs of the generation before, carried through this one and not
+        # written by it: they go stale now (Note [Un-graphed outputs go stale a generation
+        # late]).
+        self.carried = carried or []
         # Outputs that a later call of the generation wrote in place, with their storage
         # addresses then (``Generation.note_written``).
         self.written = written or []
-        # Storage addresses of the outputs kept as state: those, and ``keep_mutated``'s.
+        # Storage addresses of the outputs handed over rather than made stale: those, and
+        # ``keep_mutated``'s and ``keep_passed_back``'s.
         self.kept: set[int] = {address for _, address in self.written}
         self.kept_tensors: list[torch.Tensor] = []  # ``keep_mutated``'s
 
@@ -107,11 +139,22 @@ class HandedOut:
                 self.kept.add(tensor.untyped_storage().data_ptr())
                 self.kept_tensors.append(tensor)
 
+    def keep_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
+        """Note [Outputs passed back in]: those tensors of ``args`` at ``positions`` that are
+        about to go stale are handed over when this is retired, instead of made stale; call
+        only where memory can be copied out of the pool now (``can_copy_out_of_pool``, no
+        capture under way)."""
+        for i in positions:
+            arg = args[i]
+            if self.goes_stale(arg):
+                self.kept.add(arg.untyped_storage().data_ptr())
+
     def copy_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
         """Replace each tensor of ``args`` at ``positions`` that is about to go stale (in an
         output block of a forward or inference graph, or an un-graphed output, of this
-        generation) by a tensor of the same layout over a copy of its memory. Arguments that
-        shared memory share the copy. See Note [Outputs passed back in]."""
+        generation) by a tensor of the same layout over a copy of its memory, for this call
+        alone: where memory cannot be handed over (Note [Outputs passed back in]). Arguments
+        that shared memory share the copy."""
         copies: dict[int, torch.UntypedStorage] = {}
         for i in positions:
             arg = args[i]
@@ -164,16 +207,26 @@ class HandedOut:
                 return True
         return False
 
-    def retire(self, device: str, capturing: bool, dropped_by_reset: bool = False) -> bool:
+    def retire(
+        self,
+        device: str,
+        capturing: bool,
+        dropped_by_reset: bool = False,
+        carry: list[tuple[CallableIdentity, list[weakref.ref]]] | None = None,
+    ) -> bool:
         """Note [Retiring held outputs]: on ``device``, where a capture is under way on the
-        current stream when ``capturing``. Returns whether the caller held anything."""
+        current stream when ``capturing``. The un-graphed outputs the caller still holds are
+        appended to ``carry`` (the next generation's), or made stale now when it is None.
+        Returns whether the caller held anything."""
         nodes, eager_outputs, kept = self.nodes, self.eager_outputs, self.kept
         caller_held = False
         invalidate_tensor = tensor_invalidator()
         # 1. Output objects the caller holds: those of forward and inference graphs raise
         #    from now on (and their positions get new objects); gradients are kept, below.
+        #    Un-graphed ones go stale a generation late, unless written (state) by then.
+        stale_now = self.carried if carry is not None else self.carried + eager_outputs
         if invalidate_tensor is not None:
-            for producer, refs in eager_outputs:
+            for producer, refs in stale_now:
                 if producer.clones_live_outputs:  # not graph memory: nothing to copy
                     continue
                 held_outputs = [out for ref in refs if (out := ref()) is not None]
@@ -188,6 +241,20 @@ class HandedOut:
                     )
                     for output in held_outputs:
                         invalidate_tensor(output, message)
+        if carry is not None:
+            for producer, refs in eager_outputs:
+                if producer.clones_live_outputs:
+                    continue
+                held = [
+                    ref
+                    for ref in refs
+                    if (out := ref()) is not None
+                    and not is_stale(out)
+                    and out.untyped_storage().data_ptr() not in kept
+                ]
+                if held:
+                    caller_held = True
+                    carry.append((producer, held))
         held_by_objects: set[OutputBlock] = set()
         for node in nodes:
             recording = node.recording

@@ -206,8 +206,8 @@ class GraphTree:
         while the device runs (``retire_ended_generation``).
 
         ``args`` are those of the call that starts the generation: the ones at positions
-        ``passed_back`` that are outputs of the generation that ended are replaced by
-        copies first (Note [Outputs passed back in]); those at positions ``mutated`` (the
+        ``passed_back`` that are outputs of the generation that ended are handed over, or
+        replaced by copies where that cannot be (Note [Outputs passed back in]); those at positions ``mutated`` (the
         callable writes them), and ``written_later`` (the later partitions of its graph write
         them), are kept as state (Note [Outputs kept as state])."""
         self.retire_ended_generation()
@@ -217,8 +217,12 @@ class GraphTree:
             )
             self.captures_unlogged, self.capture_seconds_unlogged = 0, 0.0
         self.unretired = ended = self.generation.take_handed_out()
+        # (Before retiring: what it carries goes to the new generation.)
+        self.generation = Generation(current_generation())
         if args is not None:
-            if passed_back:
+            if passed_back and can_copy_out_of_pool() and not self.backend.is_capturing():
+                ended.keep_passed_back(args, passed_back)
+            elif passed_back:
                 ended.copy_passed_back(args, passed_back)
             if mutated or written_later:
                 ended.keep_mutated([*(args[i] for i in mutated), *written_later])
@@ -240,7 +244,6 @@ class GraphTree:
             self.memory, self.next_memory = self.next_memory, None
             self._release_dropped_pool()
         self.current = self.root
-        self.generation = Generation(current_generation())
         self.generations_started += 1
         if self.forgotten_callables and not self.backend.is_capturing():
             self.retire_ended_generation()  # before its nodes go
@@ -278,8 +281,11 @@ class GraphTree:
         self._retire(self.generation.take_handed_out(), dropped_by_reset)
 
     def _retire(self, ended: HandedOut, dropped_by_reset: bool = False) -> bool:
-        # No copy may be queued inside someone else's capture of this stream.
-        return ended.retire(self.device, self.backend.is_capturing(), dropped_by_reset)
+        # No copy may be queued inside someone else's capture of this stream. Un-graphed
+        # outputs are carried through the generation in progress, the one after ``ended``
+        # (Note [Un-graphed outputs go stale a generation late]); a reset carries nothing.
+        carry = None if dropped_by_reset else self.generation.carried
+        return ended.retire(self.device, self.backend.is_capturing(), dropped_by_reset, carry)
 
     # -- nodes --------------------------------------------------------------------------------
 

@@ -380,6 +380,58 @@ def test_a_static_input_recreated_once_per_request_stays_graphed(device):
     assert inductor_xpugraph.stats()["fallbacks"] == 1
 
 
+class RunningState:
+    """State a caller keeps and a compiled step writes in place (a cache of one request)."""
+
+    def __init__(self, device):
+        self.total = torch.zeros(4, 32, device=device)
+
+
+def run_requests(device, requests: int, steps: int):
+    """``requests`` requests of ``steps`` steps, each with state of its own, dropped after
+    it (as ``generate`` drops the cache it made); every step's result checked."""
+
+    def step(state, token):
+        state.total.mul_(0.5).add_(token)  # written in place, as a KV cache is
+        return state.total.sum(dim=0)
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    for _request in range(requests):
+        state = RunningState(device)
+        expected = torch.zeros(4, 32, device=device)
+        for _step in range(steps):
+            token = torch.randn(4, 32, device=device)
+            expected = expected * 0.5 + token
+            torch.testing.assert_close(compiled(state, token), expected.sum(dim=0))
+        del state
+
+
+def test_a_recording_whose_state_died_after_it_replayed_is_replaced_not_counted(device):
+    """Each request: its first step runs un-graphed (the state is new there; the first
+    request warms up instead), the second records, the rest replay. A request's recording
+    pays off, so the next request's replaces it without counting against the guard, for as
+    many requests as there are, and the dropped recordings do not pile up."""
+    with inductor_xpugraph.config.patch(rerecord_limit=2, rerecord_window=64):
+        run_requests(device, requests=12, steps=4)
+    counts = inductor_xpugraph.stats()
+    assert (counts["fallbacks"], counts["rerecords"]) == (0, 0), counts
+    assert counts["replacements"] == 11 and counts["replays"] == 12 * 2, counts
+    (tree,) = all_trees()
+    assert len(tree.nodes()) == 1
+
+
+def test_state_that_dies_before_its_recording_ever_replays_is_churn_the_guard_stops(device):
+    """Two steps per request: the recording never replays before its state dies. Those
+    re-records count, and the fallback names who held the state and the fix."""
+    with inductor_xpugraph.config.patch(rerecord_limit=2, rerecord_window=64):
+        run_requests(device, requests=6, steps=2)
+    counts = inductor_xpugraph.stats()
+    assert counts["fallbacks"] == 1 and counts["replacements"] == 0, counts
+    (reason,) = [e.reason for e in stats.events.values() if e.kind is stats.EventKind.FALLBACK]
+    assert "held as `total` of a RunningState" in reason and "one such object" in reason
+    assert len(reason) < 600, reason
+
+
 def test_new_and_dropped_address_sets_in_turn_share_one_limit(device):
     """Weights that alternate between sets never seen before and sets the bound on variants
     dropped record at every call: the guard counts both kinds on one clock, so the callable

@@ -45,7 +45,7 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 from .. import config
 from . import messages, stats
 from .inputs import InputBuffers, InputNames, StaticInput, input_identity
-from .kept_state import PassedAgain, stale_state_error
+from .kept_state import PassedAgain, describe_holders, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
 from .node import CallableIdentity, GraphNode, Phase
 from .per_thread import thread_trees, tree_for, written_later
@@ -346,7 +346,24 @@ class GraphedCallable:
     def _record_variant(
         self, tree: GraphTree, variants: list[GraphNode], key: tuple[int, ...], args: list[Any]
     ) -> Any:
-        """Record for new addresses of the static inputs, keeping the other recordings."""
+        """Record for new addresses of the static inputs, keeping the other recordings.
+
+        Recordings whose state died (a cache made for one ``generate`` call and dropped with
+        it) can never replay: they are dropped now, and the new recording *replaces* them.
+        When each of them replayed, recording paid off and a replacement is not counted by the
+        thrash guard; one that never replayed is churn, counted as any re-record. A call that
+        could not be recorded (it writes tensors it was not passed before) is not counted."""
+        unsafe = self._unsafe_mutations(tree, args)
+        if unsafe:
+            self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe, shown=2)))
+            return self.fn(args)
+        dead = [node for node in variants if node.recording.state_died()]
+        for node in dead:
+            tree.drop_node(node)
+        if dead and all(node.replays for node in dead):
+            stats.counters["replacements"] += 1
+            return self._record(tree, key, args)
+        variants = [node for node in variants if node not in dead] or dead
         recording = variants[0].recording
         moved, replaced = recording.changed_inputs(args)
         produced = [i for i in moved if i not in self.static_inputs]  # by earlier graphs
@@ -357,18 +374,24 @@ class GraphedCallable:
                 self.policy.skip(messages.managed_inputs_skip(words, limit))
                 return self.fn(args)
             log.info(messages.managed_inputs_copied(words, limit))
-        # An address set seen before was recorded here and dropped since, by the bound.
-        dropped = self.policy.seen_before(recording.input_identity(args))
+        # An address set seen before was recorded here and dropped since, by the bound (not
+        # state that died: new state at a freed state's addresses is new all the same).
+        state = [i for i in moved if i in self._may_be_state]
+        dropped = not dead and self.policy.seen_before(recording.input_identity(args))
         if self.policy.note_rerecord(tree.generations_started):
             span = self.policy.rerecord_span()
-            if dropped:
+            if dropped and not state:
                 reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
             else:
+                holders = describe_holders(args[state[0]]) if state else None
                 reason = messages.fallback_for_moving_inputs(
-                    self.input_names.describe(moved + replaced), span, *self.policy.limits
+                    self.input_names.describe(moved + replaced, shown=2),
+                    holders,
+                    span,
+                    *self.policy.limits,
                 )
             return self._fall_back(reason, args)
-        if len(variants) >= config.static_input_variants:
+        if len(variants) >= config.static_input_variants and variants[-1] not in dead:
             tree.evict_variant(variants[-1])  # the least recently used
         reason = messages.rerecord(self.input_names.changed(moved, replaced))
         return self._record(tree, key, args, counted=True, rerecord_reason=reason)
@@ -382,6 +405,34 @@ class GraphedCallable:
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         self.policy.raise_if_asked(reason)
         return self.fn(args)
+
+    def _static_positions(
+        self, tree: GraphTree, args: list[Any], path_blocks: Mapping[int, Any]
+    ) -> list[int]:
+        """The tensor inputs a recording here takes where they lie: parameters and buffers,
+        outputs of earlier graphs on the path (unless they moved too often here), state
+        kept or passed again."""
+        copied_here = self.policy.copied_at.get(tree.current, ())  # moved too often here
+        return [
+            i
+            for i, arg in enumerate(args)
+            if isinstance(arg, torch.Tensor)
+            and (
+                i in self.static_inputs
+                or (arg.untyped_storage().data_ptr() in path_blocks and i not in copied_here)
+                or arg in tree.kept_state
+                or i in self._passed_again
+            )
+        ]
+
+    def _unsafe_mutations(self, tree: GraphTree, args: list[Any]) -> list[int]:
+        """The written inputs a recording here would copy (a replay would write the copy)."""
+        if not self.mutated_inputs:
+            return []
+        static = set(self._static_positions(tree, args, tree.current.path_blocks()))
+        return [
+            i for i in self.mutated_inputs if isinstance(args[i], torch.Tensor) and i not in static
+        ]
 
     def _record(
         self,
@@ -399,19 +450,11 @@ class GraphedCallable:
         path_blocks = tree.current.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
-        copied_here = self.policy.copied_at.get(tree.current, ())  # moved too often here
-        static = [
-            i
-            for i in tensor_inputs
-            if i in self.static_inputs
-            or (args[i].untyped_storage().data_ptr() in path_blocks and i not in copied_here)
-            or args[i] in tree.kept_state
-            or i in self._passed_again
-        ]
+        static = self._static_positions(tree, args, path_blocks)
         copied = sorted(set(tensor_inputs) - set(static))
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
-            self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe)))
+            self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe, shown=2)))
             return self.fn(args)
         refused = tree.backend.reason_not_to_capture(args)
         if refused is not None:
@@ -432,6 +475,11 @@ class GraphedCallable:
             tree.leave_for_this_generation()
             return self._run_eagerly(tree, args)
         static_inputs = [StaticInput.of(args, i) for i in static]
+        state_inputs = [
+            args[i]
+            for i in static
+            if i in self._may_be_state and args[i].untyped_storage().data_ptr() not in path_blocks
+        ]
         self.policy.note_recorded(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
@@ -461,8 +509,9 @@ class GraphedCallable:
             # nothing else (such as a kept output object) references it.
             reuse_output_objects=self.phase is not Phase.BACKWARD,
             object_inputs=object_inputs,
+            state_inputs=state_inputs,
         )
-        del captured_outputs, capture_args
+        del captured_outputs, capture_args, state_inputs
         node = tree.add_node(self.identity, key, recording)
         log.debug("inductor_xpugraph: recorded %s for sizes %s", self.name, key)
         trace_recording(node, tree.device, self.compile_id)

@@ -47,13 +47,26 @@ def moved_and_replaced(moved: str | None, replaced: str | None) -> str:
     return "; ".join(parts)
 
 
-def fallback_for_moving_inputs(moved: str, generations: int, limit: int, limits: str) -> str:
-    """``limits``: the thrash guard's, named as the user sets them (``RecordingPolicy``)."""
+def fallback_for_moving_inputs(
+    moved: str, holders: str | None, generations: int, limit: int, limits: str
+) -> str:
+    """``moved``: the inputs at addresses never seen (``InputNames.describe``); ``holders``:
+    who holds the first of them when it is state the graph writes (``describe_holders``),
+    else None. ``limits``: the thrash guard's, named as the user sets them."""
+    if holders is not None:
+        fix = (
+            f"the tensors it writes are new at each call ({holders}): pass one such object to "
+            "every call and reset it between requests (for Hugging Face generate, one "
+            "StaticCache as past_key_values)"
+        )
+    else:
+        fix = (
+            "parameters, buffers or static-address inputs are new tensors at each call: "
+            "update them in place (copy_, load_state_dict) instead"
+        )
     return (
-        f"recorded again {limit} times within {generations} generations and "
-        f"would once more, now because {moved} moved to addresses never seen before (its static "
-        f"inputs: parameters, buffers, graph-produced or static-address inputs); running it "
-        f"un-graphed from now on (limits: {limits})"
+        f"recorded again {limit} times within {generations} generations ({moved} at new "
+        f"addresses); un-graphed from now on.\n  Fix: {fix}; or raise {limits}"
     )
 
 
@@ -70,8 +83,10 @@ def fallback_for_evicted_rerecords(generations: int, limit: int, limits: str) ->
 
 def unsafe_mutation(inputs: str) -> str:
     return (
-        f"mutates {inputs}, which are neither static (parameters, buffers) nor outputs of an "
-        f"earlier graph nor the tensors of the call before: this call runs un-graphed"
+        f"writes {inputs}, new tensors at this call (not parameters, buffers, outputs of an "
+        "earlier graph or the tensors of the call before; a cache that beam search reorders "
+        "into new tensors at every step, say): a graph writes fixed addresses, so this call "
+        "runs un-graphed; pass the same tensors again and it is recorded"
     )
 
 

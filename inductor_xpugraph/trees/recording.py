@@ -128,6 +128,7 @@ class Recording:
         consumed_inputs: frozenset[int] = frozenset(),
         reuse_output_objects: bool = True,
         object_inputs: Sequence[tuple[int, Any]] = (),
+        state_inputs: Sequence[torch.Tensor] = (),
     ) -> None:
         """``static_inputs``: every tensor input that is not copied, as it was at capture:
         parameters and buffers, and outputs of earlier graphs on the tree path, whose blocks
@@ -135,6 +136,8 @@ class Recording:
         ``object_inputs``: (input index, object) of the inputs that are neither tensors nor
         sizes (a ``torch.Generator``, a ``DeviceMesh`` or process group that DTensor passes):
         the graph baked them in, so a replay needs the same objects.
+        ``state_inputs``: the static inputs that are state the caller keeps and the graph
+        writes (a cache's tensors): held weakly, to tell when they died (``state_died``).
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
@@ -147,6 +150,7 @@ class Recording:
         for i, ptr in self.static_input_ptrs:
             self._ptr_by_index[i] = ptr
         self.object_inputs = tuple(object_inputs)
+        self._state_inputs = tuple(weakref.ref(t) for t in state_inputs)
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
@@ -286,6 +290,11 @@ class Recording:
             if args[index] is not obj:
                 return False
         return True
+
+    def state_died(self) -> bool:
+        """Whether state this recording writes was freed (a cache that ``generate`` made for
+        one request): it can replay again only if new state lands at the same addresses."""
+        return any(ref() is None for ref in self._state_inputs)
 
     def changed_inputs(self, args: Sequence[Any]) -> tuple[list[int], list[int]]:
         """The non-copied inputs that are not what they were at capture: the static tensors

@@ -25,6 +25,9 @@ COUNTER_NAMES = (
     "records",
     "replays",
     "rerecords",
+    # Recordings that replaced ones whose state died after they replayed (a cache made for
+    # one request): not re-records, the thrash guard does not count them.
+    "replacements",
     "fallbacks",
     # Captures that failed (the device refused to record): the call ran un-graphed.
     "capture_failures",

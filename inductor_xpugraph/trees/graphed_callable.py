@@ -142,6 +142,9 @@ class GraphedCallable:
         # call before: state the caller keeps.
         self._mutated_inputs_seen = PassedAgain(self.mutated_inputs)
         self._passed_again: frozenset[int] = frozenset()
+        # The mutated positions that held new tensors at this call and the one before: a
+        # recording copies them in and back (``Recording``'s written-back inputs).
+        self._new_twice: frozenset[int] = frozenset()
 
     def __call__(self, args: list[Any]) -> Any:
         try:
@@ -228,6 +231,7 @@ class GraphedCallable:
         if self.mutated_inputs:
             self._raise_for_stale_state(args)
             self._passed_again = self._mutated_inputs_seen.note(args)
+            self._new_twice = self._mutated_inputs_seen.new_twice
             tree.generation.note_written(args, self._may_be_state)
             for state in tree.generation.take_carried(args, self._may_be_state):
                 tree.keep_state(state)
@@ -426,12 +430,15 @@ class GraphedCallable:
         ]
 
     def _unsafe_mutations(self, tree: GraphTree, args: list[Any]) -> list[int]:
-        """The written inputs a recording here would copy (a replay would write the copy)."""
+        """The written inputs a recording here would copy without writing them back (a
+        replay would write the copy): neither taken where they lie nor new at every call."""
         if not self.mutated_inputs:
             return []
         static = set(self._static_positions(tree, args, tree.current.path_blocks()))
         return [
-            i for i in self.mutated_inputs if isinstance(args[i], torch.Tensor) and i not in static
+            i
+            for i in self.mutated_inputs
+            if isinstance(args[i], torch.Tensor) and i not in static and i not in self._new_twice
         ]
 
     def _record(
@@ -452,6 +459,11 @@ class GraphedCallable:
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
         static = self._static_positions(tree, args, path_blocks)
         copied = sorted(set(tensor_inputs) - set(static))
+        # Written inputs that are new at every call are copied in and back at each replay
+        # (``Recording``'s written-back inputs); any other written input that is not taken
+        # where it lies cannot be recorded.
+        written_back = [i for i in self.mutated_inputs if i in copied and i in self._new_twice]
+        copied = [i for i in copied if i not in written_back]
         unsafe = [i for i in self.mutated_inputs if i in copied]
         if unsafe:
             self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe, shown=2)))
@@ -483,15 +495,27 @@ class GraphedCallable:
         self.policy.note_recorded(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references
         # to the others (it may consume outputs of earlier graphs: see GraphTree.capture).
-        first_replay_args = [arg if i in copied else None for i, arg in enumerate(args)]
+        first_replay_args = [
+            arg if i in copied or i in written_back else None for i, arg in enumerate(args)
+        ]
         object_inputs = [(i, args[i]) for i in objects]  # the graph bakes them in
         capture_args = list(args)
+        # Each written-back input is captured over a tensor of the recording's own, outside
+        # the pool, holding the caller's values (a capture that executes reads them).
+        callers_written = {i: args[i] for i in written_back}
+        written_buffers = {i: _same_layout_copy(args[i]) for i in written_back}
+        for i, buffer in written_buffers.items():
+            capture_args[i] = buffer
+            if tree.backend.capture_executes:  # the capture was this call's run: no copy in
+                first_replay_args[i] = buffer
         args.clear()
         input_buffers = InputBuffers(copied, copy_values=tree.backend.capture_executes)
         tree.initial_pool_bytes = self.policy.settings.initial_pool_bytes
         try:
             graph, captured_outputs, consumed = tree.capture(self.fn, capture_args, input_buffers)
         except Exception as error:
+            for i, caller in callers_written.items():  # the un-graphed run writes the caller's
+                capture_args[i] = caller
             return self._capture_failed(tree, error, capture_args)
         stats.counters["records"] += 1
         if rerecord_reason is not None:
@@ -510,6 +534,7 @@ class GraphedCallable:
             reuse_output_objects=self.phase is not Phase.BACKWARD,
             object_inputs=object_inputs,
             state_inputs=state_inputs,
+            written_back=list(written_buffers.items()),
         )
         del captured_outputs, capture_args, state_inputs
         node = tree.add_node(self.identity, key, recording)
@@ -517,6 +542,10 @@ class GraphedCallable:
         trace_recording(node, tree.device, self.compile_id)
         # The capture computed nothing on a real device: this replay produces the result.
         outputs = recording.replay(first_replay_args)
+        if tree.backend.capture_executes:
+            for i, caller in callers_written.items():
+                caller.copy_(written_buffers[i])
+        del callers_written, written_buffers
         tree.enter(node)
         tree.generation.replayed_nodes.append(node)
         return outputs
@@ -537,6 +566,14 @@ class GraphedCallable:
         if raises:
             raise error
         return self._run_eagerly(tree, args)
+
+
+def _same_layout_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of ``tensor`` in memory of its own, with its sizes and strides."""
+    copy = torch.empty_strided(
+        tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device
+    )
+    return copy.copy_(tensor)
 
 
 def _set_pending_backward(tree: GraphTree) -> None:

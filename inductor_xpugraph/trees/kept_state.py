@@ -98,14 +98,20 @@ class KeptState:
 class PassedAgain:
     """Which of a callable's written positions hold the very tensor (storage) they held at
     its last call that was noted: state the caller keeps and passes again, which a recording
-    takes where it lies (a replay writes it in place, as the plain call does)."""
+    takes where it lies (a replay writes it in place, as the plain call does). And which
+    held a new tensor at this call and at the one before too (``new_twice``): state that the
+    caller replaces at every call (beam search reorders its cache into new tensors), which a
+    recording copies in and back (``Recording``'s written-back inputs)."""
 
     def __init__(self, positions: Sequence[int]) -> None:
         self.positions = tuple(positions)
         self._last: dict[int, StorageWeakRef] = {}
+        self._new_last: frozenset[int] = frozenset()
+        self.new_twice: frozenset[int] = frozenset()
 
     def note(self, args: Sequence[Any]) -> frozenset[int]:
         again = []
+        new = []
         for i in self.positions:
             arg = args[i]
             if not isinstance(arg, torch.Tensor):
@@ -116,7 +122,11 @@ class PassedAgain:
             # while it is alive is the same storage, never a new one at a reused address.
             if before is not None and before.cdata == now.cdata and not before.expired():
                 again.append(i)
+            elif before is not None:
+                new.append(i)
             self._last[i] = now
+        self.new_twice = self._new_last.intersection(new)
+        self._new_last = frozenset(new)
         return frozenset(again)
 
 

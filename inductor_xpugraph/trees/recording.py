@@ -129,6 +129,7 @@ class Recording:
         reuse_output_objects: bool = True,
         object_inputs: Sequence[tuple[int, Any]] = (),
         state_inputs: Sequence[torch.Tensor] = (),
+        written_back: Sequence[tuple[int, torch.Tensor]] = (),
     ) -> None:
         """``static_inputs``: every tensor input that is not copied, as it was at capture:
         parameters and buffers, and outputs of earlier graphs on the tree path, whose blocks
@@ -138,6 +139,10 @@ class Recording:
         the graph baked them in, so a replay needs the same objects.
         ``state_inputs``: the static inputs that are state the caller keeps and the graph
         writes (a cache's tensors): held weakly, to tell when they died (``state_died``).
+        ``written_back``: (input index, the recording's own tensor the graph writes there) for
+        inputs the graph writes that are new tensors at every call (a cache that beam search
+        reorders into new tensors at each step): a replay copies each into its tensor before
+        the launch and back after it, two device copies where a static input needs none.
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
@@ -158,6 +163,10 @@ class Recording:
         self._copy_targets = [writable_view(buffer) for buffer in self.input_buffers]
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
         self._copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
+        self._written_back = tuple(i for i, _ in written_back)
+        self._written_back_buffers = [buffer for _, buffer in written_back]
+        if written_back:  # resolved here: the replay of any other recording never looks
+            self.launch = self._launch_writing_back
         self._output_is_tuple = isinstance(captured_outputs, tuple)
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
@@ -216,6 +225,7 @@ class Recording:
         self._fresh_handed_out = {}
         self._output_aliases = []
         self._output_objects = []
+        self._written_back_buffers = []
         self.replay = self.launch = _released
 
     # -- output objects (see the module docstring) -------------------------------------------
@@ -316,6 +326,17 @@ class Recording:
         self._copy_inputs(args)
         args.clear()
         self.graph.replay()
+
+    def _launch_writing_back(self, args: list[Any]) -> None:
+        """``launch``, for a recording with written-back inputs: the caller's tensors are
+        copied into the recording's own before the launch, and back after it (queued on the
+        same stream, so the copy back follows the graph)."""
+        callers = [args[i] for i in self._written_back]
+        torch._foreach_copy_(self._written_back_buffers, callers)
+        self._copy_inputs(args)
+        args.clear()
+        self.graph.replay()
+        torch._foreach_copy_(callers, self._written_back_buffers)
 
     def may_hold(self, address: int) -> bool:
         """Whether ``address`` (a tensor's ``data_ptr()``) lies in one of the blocks, or

@@ -1,10 +1,11 @@
-"""Hugging Face ``generate`` with a compiled forward, the four ways users write it (see
+"""Hugging Face ``generate`` with a compiled forward, the ways users write it (see
 docs/generation.md): a ``StaticCache`` made lazily inside the compiled prefill, the same cache
 made first (``early_initialization``), transformers' own compile path
-(``cache_implementation="static"``), and the default dynamic cache. Tiny GPT-2 and Llama models
-with random weights, greedy decoding, eight ``generate`` calls on one model object, prompts of
-8 then 12 tokens; every call's tokens must equal eager's. On the emulator, and on cuda in both
-memory strategies (``-m gpu``).
+(``cache_implementation="static"``), a new static cache per call, the default dynamic cache,
+graph breaks inside the model, an encoder-decoder (T5) and beam search. Tiny models with
+random weights, greedy decoding, several ``generate`` calls on one model object; every call's
+tokens must equal eager's. On the emulator, and on cuda in both memory strategies
+(``-m gpu``).
 """
 
 import pytest
@@ -17,20 +18,24 @@ transformers = pytest.importorskip("transformers")
 NEW_TOKENS = 6
 PROMPT_LENGTHS = (8, 8, 8, 8, 12, 12, 12, 12)
 MAX_CACHE_LEN = max(PROMPT_LENGTHS) + NEW_TOKENS
-pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+# The keyword ``generate`` takes a cache by: ``cache`` from transformers 5.24, where
+# ``past_key_values`` is deprecated.
+CACHE = "cache" if tuple(map(int, transformers.__version__.split(".")[:2])) >= (5, 24) else (
+    "past_key_values"
+)
 
 
-def tiny_model(kind: str, device: str):
+def tiny_model(kind: str, device: str, layers: int = 2):
     torch.manual_seed(0)
     if kind == "gpt2":
         config = transformers.GPT2Config(
-            vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+            vocab_size=1000, n_positions=64, n_embd=64, n_layer=layers, n_head=4,
             bos_token_id=1, eos_token_id=2,
         )  # fmt: skip
         model = transformers.GPT2LMHeadModel(config)
     else:
         config = transformers.LlamaConfig(
-            vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
             pad_token_id=0, bos_token_id=1, eos_token_id=2,
         )  # fmt: skip
@@ -90,7 +95,7 @@ def run_with_one_cache(kind: str, device: str, early: bool):
 
     def generate_with_cache(prompt):
         cache.reset()
-        return generate(model, prompt, past_key_values=cache)
+        return generate(model, prompt, **{CACHE: cache})
 
     tokens, replays = run_each(model, calls, generate_with_cache)
     assert_equal_tokens(tokens, expected)
@@ -184,3 +189,127 @@ def test_the_default_dynamic_cache_matches_eager(device):
     tokens, _ = run_each(model, calls, lambda prompt: generate(model, prompt))
     assert_equal_tokens(tokens, expected)
     assert inductor_xpugraph.stats()["fallbacks"] == 0
+
+
+def with_a_graph_break(function):
+    """``function``, with a graph break first (a user's hook, a print)."""
+
+    def broken(*args, **kwargs):
+        torch._dynamo.graph_break()
+        return function(*args, **kwargs)
+
+    return broken
+
+
+def run_calls_with_one_lazy_cache(model, calls, expected, **options):
+    """``model.forward`` compiled and one lazily made ``StaticCache`` reset and passed to
+    every call; every call's tokens equal eager's. The replays of each call."""
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    cache = static_cache(model, early=False)
+
+    def generate_with_cache(prompt):
+        cache.reset()
+        return generate(model, prompt, **{CACHE: cache}, **options)
+
+    tokens, replays = run_each(model, calls, generate_with_cache)
+    assert_equal_tokens(tokens, expected)
+    stats = inductor_xpugraph.stats()
+    assert (stats["fallbacks"], stats["skips"]) == (0, 0), stats
+    return replays
+
+
+def test_a_graph_break_inside_a_decoder_layer_with_a_lazy_cache_matches_eager(device):
+    """The layer's cache is made by the graph after the break, in its first call (a
+    warmup), and the next step writes it in its second graph: carried through that step,
+    then kept (Note [Un-graphed outputs go stale a generation late])."""
+    model = tiny_model("llama", device, layers=1)
+    layer = model.model.layers[0]
+    layer.forward = with_a_graph_break(layer.forward)
+    calls = prompts(device)[:3]  # warmup, record, replay
+    expected = [generate(model, prompt) for prompt in calls]
+    replays = run_calls_with_one_lazy_cache(model, calls, expected)
+    assert replays[-1] >= 2 * NEW_TOKENS, replays  # two graphs per step, every step
+
+
+def test_a_cache_made_before_a_graph_break_and_written_after_it_matches_eager(
+    device, monkeypatch
+):
+    """Each layer's cache made in one graph, written first by the graph after a break."""
+    model = tiny_model("llama", device, layers=1)
+    layer_class = transformers.cache_utils.StaticLayer
+    made = layer_class.lazy_initialization
+
+    def lazy_initialization(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        torch._dynamo.graph_break()
+
+    monkeypatch.setattr(layer_class, "lazy_initialization", lazy_initialization)
+    calls = prompts(device)[:3]
+    expected = [generate(model, prompt) for prompt in calls]
+    replays = run_calls_with_one_lazy_cache(model, calls, expected)
+    assert replays[-1] >= NEW_TOKENS - 1, replays  # every decode step
+
+
+def tiny_t5(device):
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_decoder_layers=1,
+        num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    return transformers.T5ForConditionalGeneration(config).to(device).eval()
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_t5_with_its_decoder_compiled_matches_eager(cache_implementation, device):
+    """The first decoder step stores the cross-attention keys and values that every later
+    step only reads: passed back into the next step, they are handed over and keep their
+    values (Note [Outputs passed back in])."""
+    model = tiny_t5(device)
+    calls = prompts(device)[:3]  # one prompt length: one graph per decode length
+    options = {"cache_implementation": cache_implementation} if cache_implementation else {}
+    expected = [generate(model, prompt, **options) for prompt in calls]
+    model.decoder.forward = torch.compile(model.decoder.forward, mode="reduce-overhead")
+    tokens, replays = run_each(model, calls, lambda prompt: generate(model, prompt, **options))
+    assert_equal_tokens(tokens, expected)
+    assert inductor_xpugraph.stats()["fallbacks"] == 0
+    # With a new static cache per call its first decode step runs un-graphed (docs)
+    assert replays[-1] >= NEW_TOKENS - 3, replays
+
+
+def test_beam_search_with_a_static_cache_replays(device):
+    """Beam search reorders the cache into new tensors at every step: from the second such
+    step the decode graph copies them in and back at each replay."""
+    model = tiny_model("llama", device, layers=1)
+    calls = prompts(device)[:3]
+    expected = [generate(model, prompt, num_beams=2) for prompt in calls]
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    cache = static_cache(model, early=False)
+
+    def beam_search(prompt):
+        cache.reset()
+        return generate(model, prompt, **{CACHE: cache}, num_beams=2)
+
+    tokens, replays = run_each(model, calls, beam_search)
+    assert_equal_tokens(tokens, expected)
+    assert inductor_xpugraph.stats()["fallbacks"] == 0
+    assert replays[-1] >= NEW_TOKENS - 1, replays  # every decode step
+
+
+def test_a_new_static_cache_per_call_stays_graphed(device):
+    """transformers' recipe, ``model.forward`` compiled and ``cache_implementation="static"``:
+    a new cache per call. Each call's recording replaces the last one's, whose cache died,
+    without counting against the thrash guard: still graphed after 20 calls, one recording
+    kept per step kind."""
+    model = tiny_model("llama", device, layers=1)
+    calls = prompts(device)[:1] * 20
+    expected = generate(model, calls[0])
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    tokens, replays = run_each(
+        model, calls, lambda prompt: generate(model, prompt, cache_implementation="static")
+    )
+    assert_equal_tokens(tokens, [expected] * len(calls))
+    stats = inductor_xpugraph.stats()
+    # (A cache caught in a reference cycle lives until the garbage collector runs: a
+    # recording made while it lives is counted as a re-record.)
+    assert stats["fallbacks"] == 0 and stats["rerecords"] <= 1, stats
+    assert stats["replacements"] >= 18 and replays[-1] >= NEW_TOKENS - 3, (replays, stats)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gc
 import json
 import os
@@ -43,7 +44,20 @@ STEADY_CALLS = 10
 MICRO_BATCHES = 4
 
 
+def cache_keyword() -> str:
+    """The keyword ``generate`` takes a cache by: ``cache`` from transformers 5.24, where
+    ``past_key_values`` is deprecated."""
+    import transformers
+
+    version = tuple(int(part) for part in transformers.__version__.split(".")[:2])
+    return "cache" if version >= (5, 24) else "past_key_values"
+
+
 def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str]:
+    """``way``: "lazy" (``model.forward`` compiled, one StaticCache made inside the first
+    compiled call, reset and passed to every call), "early" (the same, the cache made
+    first), "hf" (transformers' own compile path), "new_cache" (``model.forward`` compiled,
+    ``cache_implementation="static"``: a new cache per call), "beam" ("lazy", two beams)."""
     from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, StaticCache
 
     device, big = variant.device, variant.device != "cpu"
@@ -63,11 +77,16 @@ def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str
         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
     )
     cache = None
+    if way == "beam":
+        options["num_beams"] = 2
     if way == "hf":
         compile_config = CompileConfig(mode="reduce-overhead" if variant.graphs else "default")
         compile_config._compile_all_devices = True  # the CPU emulator too
         options.update(cache_implementation="static", compile_config=compile_config)
         options.update({"disable_compile": True} if variant.name == "eager" else {})
+    elif way == "new_cache":
+        model.forward = variant.compile(model.forward)
+        options["cache_implementation"] = "static"
     else:
         model.forward = variant.compile(model.forward)
         cache = StaticCache(config=config, max_cache_len=16 + new_tokens)
@@ -77,7 +96,7 @@ def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str
                 head_dim=config.hidden_size // config.num_attention_heads,
                 dtype=model.dtype, device=model.device,
             )  # fmt: skip
-        options["past_key_values"] = cache
+        options[cache_keyword()] = cache
     kept: list[torch.Tensor] = []
 
     def call() -> str:
@@ -88,7 +107,76 @@ def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str
         return f"tokens #{hash(tokens) % 10**8:08d}"
 
     call.tokens_per_call = batch * new_tokens  # type: ignore[attr-defined]
+    call.new_tokens = new_tokens  # type: ignore[attr-defined]
+    call.model, call.way = model, way  # type: ignore[attr-defined]
     return call
+
+
+def token_time(variant: measure.Variant, call: Callable[[], str]) -> dict[str, float]:
+    """Where a generated token's time goes, in ms per decode step, each over one more call:
+    the whole call (``total``); the host time of the compiled forward (``compiled_host``:
+    Dynamo's guards and wrappers, AOT's, and the graph runtime); of this package's runtime
+    inside it (``runtime_host``, ours only); the device's busy time (``device_busy``: the
+    union of its kernels' intervals, under the profiler). The rest of ``total`` is generate's
+    own loop (logits processing, stopping criteria, the cache's bookkeeping)."""
+    steps, device = call.new_tokens, variant.device  # type: ignore[attr-defined]
+    model, way = call.model, call.way  # type: ignore[attr-defined]
+    spent = {"compiled_host": 0.0, "runtime_host": 0.0}
+
+    def timed(fn: Callable, key: str) -> Callable:
+        @functools.wraps(fn)  # generate reads the forward's signature
+        def run(*args: Any, **kwargs: Any) -> Any:
+            begin = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - begin
+
+        return run
+
+    # The compiled forward: ``model.forward`` itself, or what transformers compiled.
+    if way == "hf":
+        compiled_call = model.get_compiled_call
+        model.get_compiled_call = lambda config: timed(compiled_call(config), "compiled_host")
+    else:
+        compiled_forward = model.forward
+        model.forward = timed(compiled_forward, "compiled_host")
+    if variant.ours:
+        from inductor_xpugraph.trees.graphed_callable import GraphedCallable
+
+        runtime_call = GraphedCallable.__call__
+        GraphedCallable.__call__ = timed(runtime_call, "runtime_host")
+    try:
+        start = time.perf_counter()
+        call()
+        measure.synchronize(device)
+        total = time.perf_counter() - start
+    finally:
+        if way == "hf":
+            del model.get_compiled_call
+        else:
+            model.forward = compiled_forward
+        if variant.ours:
+            GraphedCallable.__call__ = runtime_call
+    times = {"total": total * 1e3 / steps}
+    times.update({key: value * 1e3 / steps for key, value in spent.items() if value})
+    if device == "cuda":
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as profile:
+            call()
+            measure.synchronize(device)
+        kernels = sorted(
+            (event.time_range.start, event.time_range.end)
+            for event in profile.events()
+            if event.device_type.name == "CUDA"
+        )
+        busy, reach = 0.0, float("-inf")
+        for begin, end in kernels:
+            if end > reach:
+                busy += end - max(begin, reach)
+                reach = end
+        times["device_busy"] = busy / 1e3 / steps
+    return times
 
 
 def adamw(variant: measure.Variant, batch: int, compiled_step: bool) -> Callable[[], str]:
@@ -271,6 +359,8 @@ CLIENTS: dict[str, Client] = {
     "generate_early": Client(partial(generate, way="early"), 1, 20, 12),
     "generate_hf": Client(partial(generate, way="hf"), 1, 100, 12),
     "generate_hf_b4": Client(partial(generate, way="hf"), 4, 100, 12),
+    "generate_new_cache": Client(partial(generate, way="new_cache"), 1, 40, 12),
+    "generate_beam": Client(partial(generate, way="beam"), 1, 20, 12),
     "adamw": Client(partial(adamw, compiled_step=False), 8, 40),
     "adamw_compiled_step": Client(partial(adamw, compiled_step=True), 8, 40),
     "grad_accumulation": Client(partial(grad_accumulation, checked=20), 8, 30),
@@ -390,6 +480,8 @@ def run_one(client_name: str, variant_name: str, device: str, calls: int | None)
     row["graphs"] = variant.counters()
     if row["graphs"] is not None:
         row["steady_records"] = row["graphs"]["records"] - records_before
+    if hasattr(call, "new_tokens") and variant.graphs:
+        row["ms_per_token"] = token_time(variant, call)
     if variant.ours:
         import inductor_xpugraph
 
@@ -424,6 +516,17 @@ def report(rows: list[dict], device: str) -> None:
                 print(
                     f"{client}: {ours} vs upstream: {speed:.2f}x speed, {memory:.2f}x peak memory"
                 )
+    breakdowns = [row for row in rows if row.get("ms_per_token")]
+    if breakdowns:
+        print("\n| client | variant | ms per token | compiled forward, host | its graph runtime, "
+              "host | device busy |")  # fmt: skip
+        print("|---" * 6 + "|")
+    for row in breakdowns:
+        times = row["ms_per_token"]
+        cells = [row["client"], row["variant"]]
+        for key in ("total", "compiled_host", "runtime_host", "device_busy"):
+            cells.append(f"{times[key]:.3f}" if key in times else "-")
+        print("| " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> None:

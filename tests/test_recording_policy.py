@@ -396,14 +396,17 @@ def run_requests(device, requests: int, steps: int):
         return state.total.sum(dim=0)
 
     compiled = torch.compile(step, mode="reduce-overhead")
+    state = None
     for _request in range(requests):
-        state = RunningState(device)
+        # Made while the last one lives, so that it lies elsewhere (a caching allocator would
+        # hand it the memory just freed, where the last recording replays as it is).
+        state, previous = RunningState(device), state
+        del previous
         expected = torch.zeros(4, 32, device=device)
         for _step in range(steps):
             token = torch.randn(4, 32, device=device)
             expected = expected * 0.5 + token
             torch.testing.assert_close(compiled(state, token), expected.sum(dim=0))
-        del state
 
 
 def test_a_recording_whose_state_died_after_it_replayed_is_replaced_not_counted(device):

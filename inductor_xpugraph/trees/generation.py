@@ -34,6 +34,21 @@ from .handed_out import HandedOut
 from .node import CallableIdentity, GraphNode, Phase
 
 
+class OutputRef(weakref.ref):
+    """A weak reference to an output of an un-graphed run, with its position among the
+    callable's outputs (a recording of the callable hands out the same position)."""
+
+    __slots__ = ("position",)
+
+    def __new__(cls, output: torch.Tensor, position: int) -> OutputRef:
+        ref = super().__new__(cls, output)
+        ref.position = position
+        return ref
+
+    def __init__(self, output: torch.Tensor, position: int) -> None:
+        super().__init__(output)
+
+
 def current_generation() -> int:
     """Upstream's generation: the mark-step counter once used, else the compile invocation.
     The replay fast path (``GraphedCallable.__call__``) inlines it."""
@@ -73,15 +88,20 @@ class Generation:
         # stale when this one ends, unless a call of it writes them (``take_carried``).
         self.carried: list[tuple[CallableIdentity, list[weakref.ref]]] = []
 
-    def note_eager(self, producer: CallableIdentity, outputs: Any) -> None:
+    def note_eager(self, producer: CallableIdentity, outputs: Any, inputs: set[int]) -> None:
         """Note what an un-graphed run of ``producer`` gave the caller, to retire it when the
-        generation ends.
+        generation ends: its tensor outputs but those that are input objects (``inputs``,
+        their ids: a parameter saved for backward is not ours to invalidate).
 
         Output objects are held weakly: one the caller drops is freed as it would be without
         graphs. Gradients are never made stale, so backward outputs are not noted.
         """
         if producer.phase is not Phase.BACKWARD:
-            refs = [weakref.ref(out) for out in outputs if isinstance(out, torch.Tensor)]
+            refs = [
+                OutputRef(out, i)
+                for i, out in enumerate(outputs)
+                if isinstance(out, torch.Tensor) and id(out) not in inputs
+            ]
             self.eager_outputs.append((producer, refs))
 
     def note_written(self, args: list[Any], positions: tuple[int, ...]) -> None:
@@ -95,22 +115,25 @@ class Generation:
             if isinstance(arg, torch.Tensor) and so_far.goes_stale(arg):
                 self.written.append((weakref.ref(arg), arg.untyped_storage().data_ptr()))
 
-    def take_carried(self, args: list[Any], positions: tuple[int, ...]) -> list[torch.Tensor]:
+    def take_carried(
+        self, args: list[Any], positions: tuple[int, ...]
+    ) -> list[tuple[CallableIdentity, int, torch.Tensor]]:
         """The tensors of ``args`` at ``positions`` (a call writes them in place) that are
-        carried from the generation before: state, which no longer goes stale (Note
-        [Un-graphed outputs go stale a generation late] in ``handed_out``). Called where a
-        callable warms up or records, never on the replay fast path."""
+        carried from the generation before, each with the callable that made it and its
+        output position: state, which no longer goes stale (Note [Un-graphed outputs go
+        stale a generation late] in ``handed_out``). Called where a callable warms up or
+        records, never on the replay fast path."""
         if not self.carried:
             return []
         written = {
             id(arg): arg for i in positions if isinstance(arg := args[i], torch.Tensor)
         }
-        taken: list[torch.Tensor] = []
-        for _, refs in self.carried:
+        taken = []
+        for producer, refs in self.carried:
             for ref in list(refs):
                 out = ref()
                 if out is not None and id(out) in written:
-                    taken.append(out)
+                    taken.append((producer, ref.position, out))
                     refs.remove(ref)
         return taken
 

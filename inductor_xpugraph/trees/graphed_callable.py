@@ -233,8 +233,11 @@ class GraphedCallable:
             self._passed_again = self._mutated_inputs_seen.note(args)
             self._new_twice = self._mutated_inputs_seen.new_twice
             tree.generation.note_written(args, self._may_be_state)
-            for state in tree.generation.take_carried(args, self._may_be_state):
+            for producer, position, state in tree.generation.take_carried(
+                args, self._may_be_state
+            ):
                 tree.keep_state(state)
+                tree.state_outputs.setdefault(producer.id, set()).add(position)
         if self.aligned_inputs:
             misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
             if misaligned:  # before anything runs
@@ -315,9 +318,7 @@ class GraphedCallable:
             self.policy.stop(reason)
             stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
             outputs = self.fn(args)
-        tree.generation.note_eager(
-            self.identity, [out for out in outputs if id(out) not in input_ids]
-        )
+        tree.generation.note_eager(self.identity, outputs, input_ids)
         return outputs
 
     def _may_record_below_itself(self, tree: GraphTree) -> bool:

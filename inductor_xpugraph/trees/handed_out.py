@@ -56,7 +56,9 @@ holds when their generation ends are not made stale then: their memory leaves th
 the warmups' other held memory (``WarmupOutputs.hand_over``, before any graph runs), and they
 are carried through the next generation (``Generation.carried``). A call of that generation
 that writes one keeps it as state (``Generation.take_carried``); the others go stale when it
-ends. Nothing a graph replays over is read: a carried output lies outside the pool. The cost
+ends, and the position of the output it was is remembered for its callable: when a recording
+of that callable makes such state again (a cache made per request, where graph breaks split
+the step), the caller's tensor there is kept when its generation ends (``HandedOut.keep_outputs``). Nothing a graph replays over is read: a carried output lies outside the pool. The cost
 is one copy of each held warmup output, at the few generations that warm up; a graph's
 outputs (replays) go stale at their generation's end as before. Code that reads a result of
 the step before therefore fails at the second step of a warmup rather than the first.
@@ -96,7 +98,7 @@ from . import messages, stats
 from .invalidation import can_copy_out_of_pool, storage_invalidator, tensor_invalidator
 from .kept_state import is_stale
 from .node import CallableIdentity, GraphNode, Phase
-from .recording import OutputBlock, hand_over
+from .recording import OutputBlock, Recording, hand_over
 from .storages import tensor_over
 
 
@@ -138,6 +140,16 @@ class HandedOut:
             if isinstance(tensor, torch.Tensor) and self.goes_stale(tensor):
                 self.kept.add(tensor.untyped_storage().data_ptr())
                 self.kept_tensors.append(tensor)
+
+    def keep_outputs(self, recording: Recording, positions: set[int]) -> None:
+        """Note [Outputs kept as state]: the outputs of ``recording`` at ``positions`` that
+        the caller holds are state (found so at an un-graphed run of its callable): handed
+        over when this is retired, and kept."""
+        for i in recording.held_positions():
+            if i in positions:
+                output = recording.output_object(i)
+                self.kept.add(output.untyped_storage().data_ptr())
+                self.kept_tensors.append(output)
 
     def keep_passed_back(self, args: list[Any], positions: Sequence[int]) -> None:
         """Note [Outputs passed back in]: those tensors of ``args`` at ``positions`` that are

@@ -126,6 +126,10 @@ class GraphTree:
         )
         # Outputs handed over as state: recordings take them as static inputs.
         self.kept_state = KeptState()
+        # Callable id -> the output positions found to be state (an un-graphed output that a
+        # later call wrote: ``Generation.take_carried``): its recordings' outputs there are
+        # kept when their generation ends, as the warmup's were (a cache made per request).
+        self.state_outputs: dict[int, set[int]] = {}
         # Captures since the last summary line (``_log_captures``): how many, and seconds.
         self.captures_unlogged = 0
         self.capture_seconds_unlogged = 0.0
@@ -219,6 +223,11 @@ class GraphTree:
         self.unretired = ended = self.generation.take_handed_out()
         # (Before retiring: what it carries goes to the new generation.)
         self.generation = Generation(current_generation())
+        if self.state_outputs:
+            for node in ended.nodes:
+                positions = self.state_outputs.get(node.callable_id)
+                if positions:
+                    ended.keep_outputs(node.recording, positions)
         if args is not None:
             if passed_back and can_copy_out_of_pool() and not self.backend.is_capturing():
                 ended.keep_passed_back(args, passed_back)

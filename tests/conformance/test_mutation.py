@@ -4,18 +4,21 @@
 import torch
 
 
-def test_mutating_an_eager_input_is_not_captured_and_says_so(impl):
+def test_mutating_a_new_eager_input_at_every_call_gives_eager_values_and_says_so(impl):
+    """Upstream never captures it. Ours runs the first new tensor after the warmup
+    un-graphed, saying so, and records the next one copying it in and back at each replay."""
+
     def add_into(x):
         x.add_(2)
         return x * 1
 
     fn = impl.compile(add_into)
-    for _ in range(3):
+    for _ in range(4):
         x = torch.ones(10, device=impl.device)
         torch.testing.assert_close(fn(x), torch.full((10,), 3.0, device=impl.device))
         torch.testing.assert_close(x, torch.full((10,), 3.0, device=impl.device))
-    assert impl.counts().records == 0
-    assert any("mutat" in message for message in impl.skip_messages())
+    assert impl.counts().records == (0 if impl.name == "upstream" else 1)
+    assert any("mutat" in m or "writes input" in m for m in impl.skip_messages())
 
 
 def test_mutating_a_buffer_is_captured_and_persists(impl):

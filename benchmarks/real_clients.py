@@ -108,19 +108,18 @@ def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str
 
     call.tokens_per_call = batch * new_tokens  # type: ignore[attr-defined]
     call.new_tokens = new_tokens  # type: ignore[attr-defined]
-    call.model, call.way = model, way  # type: ignore[attr-defined]
+    call.model = model  # type: ignore[attr-defined]
     return call
 
 
 def token_time(variant: measure.Variant, call: Callable[[], str]) -> dict[str, float]:
     """Where a generated token's time goes, in ms per decode step, each over one more call:
-    the whole call (``total``); the host time of the compiled forward (``compiled_host``:
+    the whole call (``total``); the host time of the compiled decode step (``compiled_host``:
     Dynamo's guards and wrappers, AOT's, and the graph runtime); of this package's runtime
     inside it (``runtime_host``, ours only); the device's busy time (``device_busy``: the
     union of its kernels' intervals, under the profiler). The rest of ``total`` is generate's
     own loop (logits processing, stopping criteria, the cache's bookkeeping)."""
-    steps, device = call.new_tokens, variant.device  # type: ignore[attr-defined]
-    model, way = call.model, call.way  # type: ignore[attr-defined]
+    steps, device, model = call.new_tokens, variant.device, call.model  # type: ignore[attr-defined]
     spent = {"compiled_host": 0.0, "runtime_host": 0.0}
 
     def timed(fn: Callable, key: str) -> Callable:
@@ -134,13 +133,12 @@ def token_time(variant: measure.Variant, call: Callable[[], str]) -> dict[str, f
 
         return run
 
-    # The compiled forward: ``model.forward`` itself, or what transformers compiled.
-    if way == "hf":
-        compiled_call = model.get_compiled_call
-        model.get_compiled_call = lambda config: timed(compiled_call(config), "compiled_host")
-    else:
-        compiled_forward = model.forward
-        model.forward = timed(compiled_forward, "compiled_host")
+    # The compiled decode step: on cuda and xpu, generate with a static cache compiles it
+    # itself (``get_compiled_call``), whatever the way, and that call traces through a
+    # ``model.forward`` compiled by hand. (Wrapping ``model.forward`` would change the code
+    # that call traces, and compile it again.)
+    compiled_call = model.get_compiled_call
+    model.get_compiled_call = lambda config: timed(compiled_call(config), "compiled_host")
     if variant.ours:
         from inductor_xpugraph.trees.graphed_callable import GraphedCallable
 
@@ -152,10 +150,7 @@ def token_time(variant: measure.Variant, call: Callable[[], str]) -> dict[str, f
         measure.synchronize(device)
         total = time.perf_counter() - start
     finally:
-        if way == "hf":
-            del model.get_compiled_call
-        else:
-            model.forward = compiled_forward
+        del model.get_compiled_call
         if variant.ours:
             GraphedCallable.__call__ = runtime_call
     times = {"total": total * 1e3 / steps}

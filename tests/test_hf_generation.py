@@ -260,10 +260,19 @@ def tiny_t5(device):
 
 
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
-def test_t5_with_its_decoder_compiled_matches_eager(cache_implementation, device):
+def test_t5_with_its_decoder_compiled_matches_eager(cache_implementation, device, request):
     """The first decoder step stores the cross-attention keys and values that every later
     step only reads: passed back into the next step, they are handed over and keep their
     values (Note [Outputs passed back in])."""
+    if cache_implementation == "static" and device != "cpu":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="on a GPU the new cache's length counter is made by the first decoder "
+                "step's graph and first written after a graph break of a later step: the "
+                "stale-state error (docs/generation.md)",
+            )
+        )
     model = tiny_t5(device)
     calls = prompts(device)[:3]  # one prompt length: one graph per decode length
     options = {"cache_implementation": cache_implementation} if cache_implementation else {}

@@ -23,7 +23,11 @@ Recordings are keyed by the callable's integer inputs (Inductor passes symbolic 
 ints): one recording per distinct size. How many warmups, which sizes, how many re-records
 before the callable stops recording (the thrash guard): ``recording_policy``. An input the
 callable writes is captured where it lies (static, an output of an earlier graph, or state
-passed again: ``kept_state``), never copied: a replay would write the copy. A call made while
+passed again: ``kept_state``), never copied into a buffer alone (a replay would write the
+copy); one that is a new tensor at every call (beam search's reordered cache) is captured over
+a tensor of the recording's own, which each replay fills before and copies back after. A
+recording whose state died (a cache of a finished request) is replaced by the next one, not
+counted by the thrash guard when it replayed. A call made while
 the stream is being captured (by anyone) runs the plain callable: captures never nest.
 
 What keeps a callable's recordings alive, and what frees them: ``lifetime``.

@@ -10,7 +10,8 @@ warmup), in the pool; every decode step then takes them as inputs and writes the
 statistics or optimizer state made inside compiled code are the same. Retired as results
 (``handed_out``), they would go stale with the prefill's step and the cache would be dead.
 
-They announce themselves, before anything is retired, in one of three ways:
+They announce themselves, before anything is retired, in one of three ways (and a fourth,
+below):
 
 - the call that starts the next generation passes such an output at a position its callable
   writes. That call is where the generation ends, so the decision comes before anything is
@@ -36,16 +37,22 @@ the graph's copy; a warmup's copy goes back to the pool at once). An output that
 wrote but that is a temporary the caller happened to hold is copied too: at most at the few
 generations that warm up or record, never at a replay.
 
-It cannot cover a tensor that no call writes in the generation that made it and that a later
-generation first writes in a call other than its first (the graph after a graph break): by
-then the new generation has started and may have overwritten it, so it went stale. Where
-this runtime is the first to read it (``GraphedCallable``), the call that writes it raises,
-once, naming the object that holds it and how to make it outside the compiled code
-(``messages.stale_state``); the tensor is given zeros in memory of its own first (``revive``)
-and kept from then on, so the object works again after its own reset (a cache's ``reset()``)
-and the next request runs graphed. On GPUs, Inductor's check of the alignment of the inputs a
-graph writes reads it before this runtime does (as Dynamo does when it compiles the graph
-after the break for the first time): the plain stale-output error is what is raised there.
+A fourth way covers the tensor that no call writes in the generation that made it and that a
+later generation first writes in a call other than its first (the graph after a graph
+break): such state is made by the first call of the code that makes it, an un-graphed run,
+whose held outputs stay readable through the next generation; the call that writes one keeps
+it, and its position is remembered for the recordings of its callable (Note [Un-graphed
+outputs go stale a generation late] in ``handed_out``).
+
+It cannot cover such a tensor made by a recording whose callable never showed it to be state
+in an un-graphed run: by then the new generation has started and may have overwritten it, so
+it went stale. Where this runtime is the first to read it (``GraphedCallable``), the call
+that writes it raises, once, naming the object that holds it and how to make it outside the
+compiled code (``messages.stale_state``); the tensor is given zeros in memory of its own
+first (``revive``) and kept from then on, so the object works again after its own reset (a
+cache's ``reset()``) and the next request runs graphed. Where Dynamo compiles the graph after
+the break for the first time, or Inductor checks the alignment of the inputs a graph writes
+(on GPUs), they read it first: the plain stale-output error is what is raised there.
 
 A tensor made outside compiled code and passed again at a position the graph writes (the
 cache's length counter on the CPU, a running total) is state too: ``GraphedCallable`` takes

@@ -70,7 +70,7 @@ def test_mutating_an_output_of_an_earlier_graph_of_the_step_is_captured(impl):
         x = torch.rand(4, device=impl.device)
         out = mutate(produce(x))
         torch.testing.assert_close(out, x + 3)
-    assert not any("mutat" in message for message in impl.skip_messages())
+    assert not any("mutat" in m or "writes input" in m for m in impl.skip_messages())
 
 
 def test_an_in_place_op_on_an_intermediate_is_captured(impl):

@@ -24,6 +24,7 @@ path in every training step, so this is no error.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -88,7 +89,9 @@ class Generation:
         # stale when this one ends, unless a call of it writes them (``take_carried``).
         self.carried: list[tuple[CallableIdentity, list[weakref.ref]]] = []
 
-    def note_eager(self, producer: CallableIdentity, outputs: Any, inputs: set[int]) -> None:
+    def note_eager(
+        self, producer: CallableIdentity, outputs: Any, inputs: Collection[int] = ()
+    ) -> None:
         """Note what an un-graphed run of ``producer`` gave the caller, to retire it when the
         generation ends: its tensor outputs but those that are input objects (``inputs``,
         their ids: a parameter saved for backward is not ours to invalidate).

@@ -100,6 +100,11 @@ class GraphedCallable:
         # Written positions that may hold an output of the step before (state to keep:
         # Note [Outputs kept as state]); parameters and buffers never do.
         self._may_be_state = tuple(i for i in self.mutated_inputs if i not in self.static_inputs)
+        # Static inputs the graph only reads: copied instead where their memory moves under
+        # them (FSDP2's gathered parameters: ``inputs.MovingStorages``).
+        self._read_only_static = tuple(
+            sorted(i for i in self.static_inputs if i not in self.mutated_inputs)
+        )
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
         # recording checked them; every other call checks them (``_slow_path``).
@@ -260,6 +265,8 @@ class GraphedCallable:
         if self._size_inputs is None:  # first call: find the size (int) inputs once
             self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
             key = tuple([args[i] for i in self._size_inputs])
+        if self._read_only_static:
+            tree.moving_storages.note(args, self._read_only_static)
         if tree.current is tree.warming_up and not tree.resume_after_warmups():
             # A warmup's outputs are still held: no graph may run (GraphTree.warm_up).
             if self.policy.admit_size(key) and self.policy.warm_up(key):
@@ -375,6 +382,16 @@ class GraphedCallable:
         variants = [node for node in variants if node not in dead] or dead
         recording = variants[0].recording
         moved, replaced = recording.changed_inputs(args)
+        moving = self._moving_inputs(tree, args)
+        if moving and not replaced and set(moved) <= set(moving):
+            # Memory that moves under its tensor (FSDP2): one recording that copies it
+            # replaces the ones it covers, and replays wherever the memory goes next.
+            # Recorded again once per place, so not the thrash guard's to count.
+            variants = self._drop_covered(tree, variants, args)
+            if len(variants) >= config.static_input_variants:
+                tree.evict_variant(variants[-1])  # the least recently used
+            reason = messages.moving_inputs_copied(self.input_names.describe(moved, shown=2))
+            return self._record(tree, key, args, counted=True, rerecord_reason=reason)
         produced = [i for i in moved if i not in self.static_inputs]  # by earlier graphs
         reached = self.policy.note_managed_moves(tree.current, produced, not self.mutated_inputs)
         if reached:
@@ -418,21 +435,43 @@ class GraphedCallable:
     def _static_positions(
         self, tree: GraphTree, args: list[Any], path_blocks: Mapping[int, Any]
     ) -> list[int]:
-        """The tensor inputs a recording here takes where they lie: parameters and buffers,
-        outputs of earlier graphs on the path (unless they moved too often here), state
-        kept or passed again."""
+        """The tensor inputs a recording here takes where they lie: parameters and buffers
+        (unless their memory moves under them), outputs of earlier graphs on the path (unless
+        they moved too often here), state kept or passed again."""
         copied_here = self.policy.copied_at.get(tree.current, ())  # moved too often here
+        moving = self._moving_inputs(tree, args)
         return [
             i
             for i, arg in enumerate(args)
             if isinstance(arg, torch.Tensor)
             and (
-                i in self.static_inputs
+                (i in self.static_inputs and i not in moving)
                 or (arg.untyped_storage().data_ptr() in path_blocks and i not in copied_here)
                 or arg in tree.kept_state
                 or i in self._passed_again
             )
         ]
+
+    def _moving_inputs(self, tree: GraphTree, args: list[Any]) -> list[int]:
+        """The static inputs this callable only reads whose memory was seen to move under
+        them: recordings copy them (``inputs.MovingStorages``)."""
+        moving = tree.moving_storages
+        return [i for i in self._read_only_static if moving.moved(args[i])]
+
+    def _drop_covered(
+        self, tree: GraphTree, variants: list[GraphNode], args: list[Any]
+    ) -> list[GraphNode]:
+        """Drop the variants that a recording of ``args`` made now would replace: each call
+        they can replay, it can (its static inputs are theirs, at the same addresses).
+        Returns the others."""
+        static = self._static_positions(tree, args, tree.current.path_blocks())
+        kept = []
+        for node in variants:
+            if node.recording.matches_at(args, static):
+                tree.drop_node(node)
+            else:
+                kept.append(node)
+        return kept
 
     def _unsafe_mutations(self, tree: GraphTree, args: list[Any]) -> list[int]:
         """The written inputs a recording here would copy without writing them back (a
@@ -540,6 +579,7 @@ class GraphedCallable:
             object_inputs=object_inputs,
             state_inputs=state_inputs,
             written_back=list(written_buffers.items()),
+            moving_inputs=[i for i in copied if i in self.static_inputs],
         )
         del captured_outputs, capture_args, state_inputs
         node = tree.add_node(self.identity, key, recording)

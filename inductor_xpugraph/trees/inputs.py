@@ -6,6 +6,15 @@ earlier graph of the path: ``StaticInput``), so that a replay needs it at the sa
 each replay copies the caller's tensor into that buffer first (``input_copier``, specialised
 for what the graph has). ``input_identity`` tells one set of static inputs from another: two
 calls with the same identity can replay the same recording.
+
+A static input whose memory moves under it is copied instead (``MovingStorages``): the same
+storage object at a new address is memory given back and taken again in place
+(``untyped_storage().resize_()``), as FSDP2 frees each layer's gathered parameters after use
+and gathers them again at the next step, wherever the allocator puts them. Read where it lies,
+such an input would be recorded again at nearly every step; copied, one recording replays at
+every step, for one device copy of it per replay. A parameter replaced by a new tensor (a
+model loaded again, another parameter set) is a new storage: it is recorded again, as a
+*variant*, and the thrash guard (``recording_policy``) counts it.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import messages
 from .storages import alias_over, unowned
@@ -41,6 +51,38 @@ def input_identity(
     return tuple(args[i].data_ptr() for i in static_indices) + tuple(
         id(args[i]) for i in object_indices
     )
+
+
+class MovingStorages:
+    """The storages a tree's static inputs were seen in, at the address each had last, and
+    whether one was seen at two addresses: memory that moves under its tensor (see the module
+    docstring). Fed on the slow path only (warmups and recordings), never on a replay."""
+
+    def __init__(self) -> None:
+        # Storage (its C++ object's address) -> [weak reference, address last seen, moved].
+        self._seen: dict[int, list[Any]] = {}
+        self._pruned_at = 0
+
+    def note(self, args: Sequence[Any], positions: Sequence[int]) -> None:
+        """Note where the tensors at ``positions`` lie now."""
+        for i in positions:
+            storage = args[i].untyped_storage()
+            address = storage.data_ptr()
+            if not address:  # no memory now (freed by resize_(0), or empty)
+                continue
+            entry = self._seen.get(storage._cdata)
+            if entry is None or entry[0].expired():
+                self._seen[storage._cdata] = [StorageWeakRef(storage), address, False]
+            elif entry[1] != address:
+                entry[1], entry[2] = address, True
+        if len(self._seen) > 2 * self._pruned_at + 64:  # storages freed since: forget them
+            self._seen = {k: v for k, v in self._seen.items() if not v[0].expired()}
+            self._pruned_at = len(self._seen)
+
+    def moved(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor``'s storage was seen at another address before."""
+        entry = self._seen.get(tensor.untyped_storage()._cdata)
+        return entry is not None and entry[2] and not entry[0].expired()
 
 
 class InputBuffers:

@@ -22,6 +22,14 @@ def rerecord(what_changed: str) -> str:
     return f"{what_changed}; recording a variant"
 
 
+def moving_inputs_copied(inputs: str) -> str:
+    """``inputs``, static, are in memory that moved under their tensors (FSDP2)."""
+    return (
+        f"{inputs} moved in place (the same storage at a new address, as FSDP2 gathers "
+        "parameters): copied into the graph at each replay from now on"
+    )
+
+
 def managed_inputs_copied(inputs: str, limit: int) -> str:
     """``inputs``, outputs of earlier graphs, moved ``limit`` times at this place."""
     return (

@@ -130,6 +130,7 @@ class Recording:
         object_inputs: Sequence[tuple[int, Any]] = (),
         state_inputs: Sequence[torch.Tensor] = (),
         written_back: Sequence[tuple[int, torch.Tensor]] = (),
+        moving_inputs: Sequence[int] = (),
     ) -> None:
         """``static_inputs``: every tensor input that is not copied, as it was at capture:
         parameters and buffers, and outputs of earlier graphs on the tree path, whose blocks
@@ -143,6 +144,11 @@ class Recording:
         inputs the graph writes that are new tensors at every call (a cache that beam search
         reorders into new tensors at each step): a replay copies each into its tensor before
         the launch and back after it, two device copies where a static input needs none.
+        ``moving_inputs``: the copied inputs that are parameters whose memory moves under them
+        (FSDP2's: ``inputs.MovingStorages``). An output that is one of them, or a view of
+        one (a forward saves its weight for the backward), is handed out over the caller's
+        tensor, as without graphs, not over the copy: the copy is scratch, and the gathered
+        parameters are not kept in the pool until the backward.
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
@@ -172,9 +178,21 @@ class Recording:
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
         )
         input_storages = {s.storage_address for s in static_inputs} - consumed_inputs
-        self._layouts, self._constants, self.blocks = _output_layouts(
-            outputs, input_storages, path_blocks or {}
+        self.moving_inputs = tuple(moving_inputs)
+        moving_buffers = {
+            self.input_buffers[k].untyped_storage().data_ptr(): (i, self.input_buffers[k].dtype)
+            for k, i in enumerate(self.copied_inputs)
+            if i in self.moving_inputs
+        }
+        self._layouts, self._constants, self.blocks, self._callers_aliases = _output_layouts(
+            outputs, input_storages, path_blocks or {}, moving_buffers
         )
+        if self._callers_aliases:  # resolved here, as the written-back launch
+            self._callers: list[torch.Tensor] = []
+            self._launch_over_buffers = self.launch
+            self.launch = self._launch_keeping_callers
+            self._hand_out_over_pool = self.hand_out
+            self.hand_out = self._hand_out_with_callers_aliases
         # The memory the blocks span, a quick test of whether a tensor lies in one.
         self._span = (
             (
@@ -226,6 +244,7 @@ class Recording:
         self._output_aliases = []
         self._output_objects = []
         self._written_back_buffers = []
+        self._callers = []
         self.replay = self.launch = _released
 
     # -- output objects (see the module docstring) -------------------------------------------
@@ -301,6 +320,24 @@ class Recording:
                 return False
         return True
 
+    def matches_at(self, args: Sequence[Any], positions: Sequence[int]) -> bool:
+        """Whether this recording takes each of ``positions`` where it lies, at the address it
+        has in ``args``, and ``args``' object inputs are its own: a recording of ``args`` that
+        takes exactly those where they lie replays every call this one replays."""
+        ptrs = self._ptr_by_index
+        for i in positions:
+            if i >= len(ptrs) or ptrs[i] != args[i].data_ptr():
+                return False
+        return all(args[index] is obj for index, obj in self.object_inputs)
+
+    def moving_input_bytes(self) -> int:
+        """Bytes each replay copies of the inputs whose memory moves (``moving_inputs``)."""
+        return sum(
+            buffer.untyped_storage().nbytes()
+            for i, buffer in zip(self.copied_inputs, self.input_buffers)
+            if i in self.moving_inputs
+        )
+
     def state_died(self) -> bool:
         """Whether state this recording writes was freed (a cache that ``generate`` made for
         one request): it can replay again only if new state lands at the same addresses."""
@@ -337,6 +374,25 @@ class Recording:
         args.clear()
         self.graph.replay()
         torch._foreach_copy_(callers, self._written_back_buffers)
+
+    def _launch_keeping_callers(self, args: list[Any]) -> None:
+        """``launch``, for a recording with outputs over moving inputs: keeps the caller's
+        tensors there for ``hand_out``."""
+        self._callers = [args[i] for _, i, *_ in self._callers_aliases]
+        self._launch_over_buffers(args)
+
+    def _hand_out_with_callers_aliases(self) -> Any:
+        """``hand_out``, with the outputs over moving inputs built over the caller's tensors
+        (kept by the launch), as they would be without graphs."""
+        outputs = list(self._hand_out_over_pool())
+        for (position, _, offset, size, stride), caller in zip(
+            self._callers_aliases, self._callers
+        ):
+            outputs[position] = caller.detach().as_strided(
+                size, stride, caller.storage_offset() + offset
+            )
+        self._callers = []
+        return tuple(outputs) if self._output_is_tuple else outputs
 
     def may_hold(self, address: int) -> bool:
         """Whether ``address`` (a tensor's ``data_ptr()``) lies in one of the blocks, or
@@ -379,26 +435,39 @@ def _output_layouts(
     outputs: Sequence[Any],
     input_storages: set[int],
     path_blocks: Mapping[int, OutputBlock],
-) -> tuple[list[Layout | None], list[Any], list[OutputBlock]]:
+    moving_buffers: Mapping[int, tuple[int, torch.dtype]],
+) -> tuple[list[Layout | None], list[Any], list[OutputBlock], list[tuple]]:
     """Where each captured output lies, and the blocks of memory the capture allocated.
 
     An output in the memory of a static input is either in an earlier graph's block (it is
     rebuilt over that block's storage, so that holding it counts as a use of that memory) or
     in a parameter or buffer (kept as a constant alias). Any other output lies in memory the
     capture allocated (its input buffers included: a forward returns its input batch, saved
-    for the backward). Non-tensor outputs (None, sizes) are constants.
-    Returns (layout or None, constant or None) per output, and the new blocks.
+    for the backward). Non-tensor outputs (None, sizes) are constants. An output over the
+    buffer of a moving input (``moving_buffers``: its storage address -> input index and
+    dtype) is rebuilt over the caller's tensor at each replay.
+    Returns (layout or None, constant or None) per output, the new blocks, and
+    (position, input index, storage offset, size, stride) per output over a moving input.
     """
     layouts: list[Layout | None] = []
     constants: list[Any] = []
     blocks: dict[int, OutputBlock] = {}
-    for out in outputs:
+    callers_aliases: list[tuple] = []
+    for position, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor):
             layouts.append(None)
             constants.append(out)
             continue
         storage = out.untyped_storage()
         address = storage.data_ptr()
+        moving = moving_buffers.get(address)
+        if moving is not None and moving[1] == out.dtype:
+            layouts.append(None)
+            constants.append(None)
+            callers_aliases.append(
+                (position, moving[0], out.storage_offset(), out.size(), out.stride())
+            )
+            continue
         if address in input_storages:
             block = path_blocks.get(address)
             if block is None:  # a parameter or buffer returned (or viewed)
@@ -413,7 +482,7 @@ def _output_layouts(
                 block = blocks[address] = OutputBlock(storage)
         layouts.append((block, out.storage_offset(), out.size(), out.stride(), out.dtype))
         constants.append(None)
-    return layouts, constants, list(blocks.values())
+    return layouts, constants, list(blocks.values()), callers_aliases
 
 
 def _held_positions(

@@ -57,7 +57,7 @@ from . import messages, stats
 from .backends import GraphBackend, backend_class
 from .generation import Generation, current_generation
 from .handed_out import HandedOut
-from .inputs import InputBuffers
+from .inputs import InputBuffers, MovingStorages
 from .invalidation import can_copy_out_of_pool
 from .kept_state import KeptState
 from .memory import (
@@ -94,6 +94,10 @@ class GraphTree:
         # What a new pool reserves up front: set by the callable that records or warms up
         # first in it, from its settings (``initial_pool_allocation_gb``).
         self.initial_pool_bytes = 0
+        # Where static inputs lay when seen, to tell memory that moves under its tensor
+        # (FSDP2's gathered parameters): recordings copy those (``inputs``). Kept by ``reset``:
+        # the graphs go, what the storages do stays true.
+        self.moving_storages = MovingStorages()
         self._start_empty()
 
     def _start_empty(self) -> None:

@@ -350,6 +350,120 @@ def test_weights_loaded_in_place_reach_the_next_replay(device):
     assert (stats["records"], stats["rerecords"], stats["replays"]) == (1, 0, 2)
 
 
+def gather_again(tensor: torch.Tensor, held: list) -> None:
+    """What FSDP2 does to a layer's gathered parameters at each step: free the memory
+    (``resize_(0)``) and gather the values again into the same storage, which the allocator
+    places anywhere. ``held`` keeps the memory it had, so that it cannot come back there."""
+    storage, values, before = tensor.untyped_storage(), tensor.detach().clone(), tensor.data_ptr()
+    while tensor.data_ptr() == before:
+        nbytes = storage.nbytes()
+        storage.resize_(0)
+        held.append(torch.empty(nbytes, dtype=torch.uint8, device=tensor.device))
+        storage.resize_(nbytes)
+    with torch.no_grad():
+        tensor.copy_(values)
+
+
+def test_a_parameter_whose_memory_moves_in_place_at_every_call_is_copied_and_replays(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x, held = torch.randn(4, 16, device=device), []
+    with torch.no_grad():
+        for _ in range(12):  # more calls than the thrash guard's limit
+            gather_again(model.weight, held)
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    # Seen moving between the warmup and the record: copied from the first recording.
+    assert (stats["records"], stats["rerecords"], stats["replays"]) == (1, 0, 10)
+    (recording,) = [node.recording for tree in all_trees() for node in tree.nodes()]
+    assert recording.moving_input_bytes() == model.weight.nbytes
+
+
+def test_memory_that_starts_moving_after_the_recording_costs_one_more_record(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x, held = torch.randn(4, 16, device=device), []
+    with torch.no_grad():
+        for _ in range(3):  # warmup, record, replay where it lies
+            compiled(x)
+        for _ in range(12):
+            gather_again(model.weight, held)
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (2, 1, 0)
+    assert stats["replays"] == 1 + 11
+    # The copying recording replaces the one that read the weight where it lay.
+    assert len([node for tree in all_trees() for node in tree.nodes()]) == 1
+
+
+def test_a_moving_parameter_saved_for_the_backward_is_the_callers_tensor_not_graph_memory(
+    device,
+):
+    """A training forward returns its weight for the backward. Over a moving weight that
+    output is the caller's parameter, as without graphs, not the copy in the pool: the
+    gathered parameters are not kept in graph memory from the forward to the backward."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64).to(device)
+    reference = torch.nn.Linear(64, 64).to(device)
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, mode="reduce-overhead")
+    held = []
+    for _ in range(5):
+        x = torch.randn(4, 64, device=device)
+        gather_again(model.weight, held)
+        compiled(x).square().sum().backward()
+        reference(x).square().sum().backward()
+        torch.testing.assert_close(model.weight.grad, reference.weight.grad)
+        model.zero_grad(), reference.zero_grad()
+    assert inductor_xpugraph.stats()["replays"] >= 4
+    (forward,) = [n for n in inductor_xpugraph.report().nodes() if n.phase == "forward"]
+    assert forward.output_bytes < model.weight.nbytes
+
+
+def test_a_written_buffer_whose_memory_moves_is_recorded_again_not_copied(device):
+    """A copy would take the write: a written input is never copied, its moves are
+    re-records for the thrash guard to count."""
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(4))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return x + self.calls
+
+    model = Counting().to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x, held = torch.randn(4, device=device), []
+    with torch.no_grad():
+        for call in range(1, 6):
+            gather_again(model.calls, held)
+            torch.testing.assert_close(compiled(x), x + call)
+    assert model.calls.tolist() == [5.0] * 4
+    stats = inductor_xpugraph.stats()
+    assert stats["rerecords"] + stats["fallbacks"] >= 2 and not any(
+        node.recording.moving_inputs for tree in all_trees() for node in tree.nodes()
+    )
+
+
+def test_the_report_says_which_inputs_move_and_what_copying_them_costs(device):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to(device)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x, held = torch.randn(4, 16, device=device), []
+    with torch.no_grad():
+        for _ in range(5):
+            gather_again(model.weight, held)
+            compiled(x)
+    (graphed,) = inductor_xpugraph.report().callables
+    assert graphed.moving_inputs.startswith("input ")  # which one, and where it is read
+    assert (graphed.moving_bytes, graphed.moving_replays) == (model.weight.nbytes, 3)
+    assert "memory moves in place between calls" in str(inductor_xpugraph.report())
+
+
 def test_a_static_input_recreated_once_per_request_stays_graphed(device):
     """A KV cache allocated per ``generate`` call (a ``mark_static_address`` tensor the graph
     writes into) is a new address set per request: one recording each, never a fallback,

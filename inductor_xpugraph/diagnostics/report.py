@@ -128,8 +128,11 @@ def _node_report(node: GraphNode, variant: int, variants: int) -> NodeReport:
 
 
 def _callable_reports() -> Iterator[CallableReport]:
-    recorded = {node.callable_id for tree in all_trees() for node in tree.nodes()}
+    nodes = [node for tree in all_trees() for node in tree.nodes()]
+    recorded = {node.callable_id for node in nodes}
     for graphed in sorted(_all_callables, key=lambda g: g.id):
+        copying = [n for n in nodes if n.callable_id == graphed.id and n.recording.moving_inputs]
+        moving = sorted({i for n in copying for i in n.recording.moving_inputs})
         if graphed.policy.stopped:
             state = CallableState.FALLBACK
         elif graphed.id in recorded:
@@ -144,6 +147,9 @@ def _callable_reports() -> Iterator[CallableReport]:
             sizes_seen=graphed.policy.sizes_seen,
             rerecords=graphed.policy.rerecords,
             source=graphed.source,
+            moving_inputs=graphed.input_names.describe(moving, shown=2) if moving else None,
+            moving_bytes=max((n.recording.moving_input_bytes() for n in copying), default=0),
+            moving_replays=sum(n.replays for n in copying),
         )
 
 

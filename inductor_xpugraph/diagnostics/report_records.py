@@ -66,6 +66,11 @@ class CallableReport:
     sizes_seen: int  # distinct sizes it was called with
     rerecords: int  # new static-address sets recorded
     source: str | None
+    # Static inputs whose memory moves under them (FSDP2's gathered parameters), copied into
+    # the graph at each replay: which, bytes copied per replay, and replays that copied them.
+    moving_inputs: str | None = None
+    moving_bytes: int = 0
+    moving_replays: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +149,13 @@ def _text(report: Report) -> str:
                 f"{graphed.state.value}, {graphed.sizes_seen} sizes, {graphed.rerecords} "
                 f"re-records{where}"
             )
+            if graphed.moving_inputs:
+                lines.append(
+                    f"    {graphed.moving_inputs}: memory moves in place between calls "
+                    f"(FSDP2's gathered parameters), copied into the graph at each replay: "
+                    f"{_bytes(graphed.moving_bytes)} per replay, {graphed.moving_replays} "
+                    "replays"
+                )
     if report.events:
         lines.append("events:")
         for event in report.events:

@@ -17,7 +17,10 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    When a non-copied input moved, the callable is recorded again as a *variant*, beside the
    recordings for the addresses seen before, and whichever matches replays (a KV cache or a
    parameter set that comes back). At most ``config.static_input_variants`` variants are kept
-   per place, the least recently used dropped first.
+   per place, the least recently used dropped first. A parameter whose memory moves under it
+   (the same storage at a new address: FSDP2 gathers each layer's parameters again at every
+   step) is copied instead, like any other input, by one recording that replaces the ones it
+   covers (``inputs.MovingStorages``).
 
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size. How many warmups, which sizes, how many re-records
@@ -391,6 +394,7 @@ class GraphedCallable:
             if len(variants) >= config.static_input_variants:
                 tree.evict_variant(variants[-1])  # the least recently used
             reason = messages.moving_inputs_copied(self.input_names.describe(moved, shown=2))
+            self.policy.note_replacing_record()
             return self._record(tree, key, args, counted=True, rerecord_reason=reason)
         produced = [i for i in moved if i not in self.static_inputs]  # by earlier graphs
         reached = self.policy.note_managed_moves(tree.current, produced, not self.mutated_inputs)

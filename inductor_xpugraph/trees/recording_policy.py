@@ -36,6 +36,10 @@ inputs are re-created once per request (a KV cache per ``generate`` call) record
 request and stays graphed. Where upstream's ``triton.cudagraph_unexpected_rerecord_limit`` is
 set, it is the limit, with no window: upstream counts for the life of the process.
 
+A static input the callable only reads whose memory moves under it (the same storage at a new
+address: FSDP2's gathered parameters) is copied by recordings from then on (``inputs``): the
+one record again that makes it replaces the recordings it covers, and is not on the clock.
+
 Not re-records: a recording for new sizes (see Sizes), and a *liveness variant*, recorded
 because an output whose memory a recording reuses is still referenced (bounded by
 ``static_input_variants`` at each place; past it the step runs un-graphed, ``tree``).
@@ -330,6 +334,12 @@ class RecordingPolicy:
             return True
         self.rerecords += 1
         return False
+
+    def note_replacing_record(self) -> None:
+        """Count a record again that replaces every recording it is made for (it copies the
+        inputs whose memory moves under them): in ``rerecords``, never on the guard's clock,
+        as it happens once per place."""
+        self.rerecords += 1
 
     def note_managed_moves(self, place: Any, moved: list[int], copyable: bool) -> list[int]:
         """Count, at ``place``, one move of each input in ``moved`` that another graph

@@ -274,34 +274,59 @@ def test_ddp_bucketed_graphs_replay_as_a_chain_and_train_like_eager_ddp(setup):
 # -- fully sharded data parallelism (FSDP2) ------------------------------------------------------
 
 
-def _fsdp_worker(rank: int, device: str) -> None:
+def _fsdp_worker(rank: int, device: str, reshard_after_forward: bool = True) -> None:
     """FSDP2 as torchtitan uses it with torch.compile: each layer sharded, each layer's forward
-    compiled. FSDP frees a layer's gathered parameters after its forward and gathers them
-    again for its backward; a forward graph returns its weight for the backward, which must
-    read the parameter's memory as it is when the backward runs, not as it was at capture
-    (on the emulator, an output over the captured address read freed memory)."""
+    compiled. FSDP frees a layer's gathered parameters after use (after its forward, or with
+    ``reshard_after_forward=False`` after its backward) and gathers them again into the same
+    storage, at an address the allocator picks: the recordings copy them
+    (``inputs.MovingStorages``), and every step replays from the second on. The forward
+    returns its weight for the backward over the caller's parameter, so the backward reads
+    the parameter as it is when the backward runs, gathered again."""
     from torch.distributed.fsdp import fully_shard
+
+    import inductor_xpugraph
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(3)]).to(device)
     reference = copy.deepcopy(model)
     for net in (model, reference):
         for layer in net:
-            fully_shard(layer)
-        fully_shard(net)
+            fully_shard(layer, reshard_after_forward=reshard_after_forward)
+        fully_shard(net, reshard_after_forward=reshard_after_forward)
     for layer in model:
         layer.forward = torch.compile(layer.forward, mode="reduce-overhead")
     batches = torch.Generator(device=device).manual_seed(10 + rank)
+    counts = []  # (records, replays) after each step
     for _ in range(STEPS):
         x = torch.randn(8, 64, device=device, generator=batches)
-        model(x).square().mean().backward()
-        reference(x).square().mean().backward()
+        loss = model(x).square().mean()
+        loss.backward()
+        expected = reference(x).square().mean()
+        expected.backward()
+        torch.testing.assert_close(loss, expected)
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor())
         model.zero_grad()
         reference.zero_grad()
+        stats = inductor_xpugraph.stats()
+        counts.append((stats["records"], stats["replays"]))
+    assert (stats["fallbacks"], stats["skip_reasons"]) == (0, {}), stats
+    # Each layer's forward and backward (6 graphs) replays at every step from the fourth on.
+    for (records, replays), (records_after, replays_after) in zip(counts[2:], counts[3:]):
+        assert (records_after - records, replays_after - replays) == (0, 6), counts
+    if device == "cpu":  # memory moved from the warmup on: copied from the first record
+        assert (stats["records"], stats["rerecords"]) == (6, 0), stats
+
+
+def _fsdp_keeping_gathered_parameters_worker(rank: int, device: str) -> None:
+    _fsdp_worker(rank, device, reshard_after_forward=False)
 
 
 @pytest.mark.parametrize("setup", SETUPS)
-def test_fsdp2_with_compiled_layers_trains_like_eager_fsdp(setup):
+def test_fsdp2_with_compiled_layers_replays_every_step_and_trains_like_eager_fsdp(setup):
     _spawn(_fsdp_worker, *setup)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_fsdp2_keeping_gathered_parameters_to_the_backward_replays_every_step(setup):
+    _spawn(_fsdp_keeping_gathered_parameters_worker, *setup)

@@ -1,5 +1,5 @@
 """Graphs with collectives inside, on two ranks: tensor-parallel decode, DDP and FSDP2
-training (README.md describes the workloads).
+training of an MLP and of a small transformer (README.md describes the workloads).
 
 Every variant gets its own ``torchrun --nproc-per-node 2`` launch with an empty Inductor cache,
 ``--runs`` launches each, the variants taking turns; a cell is the median over the launches,
@@ -107,16 +107,20 @@ def tp_decode(variant: Variant, device: torch.device, steps: int) -> dict:
 # -- data-parallel training --------------------------------------------------------------------
 
 
-def train(step_model, model, device: torch.device, steps: int) -> dict:
-    """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), batch
-    64 per rank, each step's loss read on the host; the median step after the first three."""
+def train(step_model, model, device: torch.device, steps: int, batch=None, loss_of=None) -> dict:
+    """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), each
+    step's loss read on the host; the median step after the first three. ``batch(generator)``
+    makes a step's input (default: 64 × 1024 floats per rank), ``loss_of(output, input)`` its
+    loss (default: the mean square)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
+    batch = batch or (lambda g: torch.randn(64, 1024, device=device, generator=g))
+    loss_of = loss_of or (lambda out, x: out.square().mean())
     losses, times = [], []
     for _ in range(steps):
-        x = torch.randn(64, 1024, device=device, generator=data)
+        x = batch(data)
         start = time.perf_counter()
-        loss = step_model(x).square().mean()
+        loss = loss_of(step_model(x), x)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -149,7 +153,82 @@ def fsdp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     return train(model, model, device, steps)
 
 
-WORKLOADS = {"tp_decode": tp_decode, "ddp_train": ddp_train, "fsdp_train": fsdp_train}
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: causal self-attention and a GELU MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.out = torch.nn.Linear(dim, dim, bias=False)
+        self.up = torch.nn.Linear(dim, 4 * dim)
+        self.down = torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(attn.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class Transformer(torch.nn.Module):
+    def __init__(self, vocab=8192, dim=512, heads=8, layers=6) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def fsdp_transformer(
+    variant: Variant, device: torch.device, steps: int, reshard_after_forward: bool = True
+) -> dict:
+    """FSDP2 on a small transformer (6 blocks × 512, vocabulary 8192, batch 8 × 256 tokens per
+    rank), torchtitan's way: ``fully_shard`` on each block and on the root, each block's
+    forward compiled, AdamW, next-token loss. FSDP gathers each block's parameters into
+    memory that moves from step to step (``reshard_after_forward=False``: kept from the
+    forward to the backward, freed after it)."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = Transformer().to(device)
+    for block in model.blocks:
+        fully_shard(block, reshard_after_forward=reshard_after_forward)
+        block.forward = variant.compile(block.forward)
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
+
+    def batch(generator):
+        return torch.randint(0, 8192, (8, 257), device=device, generator=generator)
+
+    def loss_of(logits, tokens):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+    def step_model(tokens):
+        return model(tokens)
+
+    return train(step_model, model, device, steps, batch, loss_of)
+
+
+def fsdp_transformer_kept(variant: Variant, device: torch.device, steps: int) -> dict:
+    return fsdp_transformer(variant, device, steps, reshard_after_forward=False)
+
+
+WORKLOADS = {
+    "tp_decode": tp_decode,
+    "ddp_train": ddp_train,
+    "fsdp_train": fsdp_train,
+    "fsdp_transformer": fsdp_transformer,
+    "fsdp_transformer_kept": fsdp_transformer_kept,
+}
 
 
 # -- one variant under torchrun ----------------------------------------------------------------
@@ -195,12 +274,15 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--runs", type=int, default=1, help="launches per variant, in turns")
+    parser.add_argument(
+        "--ranks", type=int, default=2, help="processes per launch (1: FSDP2 on one device)"
+    )
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.device, args.workloads, args.steps)
         return
-    title = f"Distributed, two ranks, {args.steps} steps per workload, {args.runs} launch(es)"
+    title = f"Distributed, {args.ranks} rank(s), {args.steps} steps per workload, {args.runs} launch(es)"
     if args.device == "cuda":
         title += f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
     print(measure.header(title, args.device))
@@ -220,7 +302,7 @@ def launch(variant: str, args: argparse.Namespace) -> dict | None:
         free.bind(("127.0.0.1", 0))
         port = str(free.getsockname()[1])
     result = measure.in_fresh_process([
-        "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port,
+        "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks), "--master-port", port,
         os.path.abspath(__file__), "--child", variant, "--device", args.device,
         "--steps", str(args.steps), "--workloads", *args.workloads,
     ])  # fmt: skip

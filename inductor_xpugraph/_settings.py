@@ -172,6 +172,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "dynamic_shape_warn_limit": _integer(1),
     "skip_dynamic_graphs": _boolean,
     "generation_cloning": _boolean,
+    "copy_moving_inputs": _boolean,
     "initial_pool_allocation_gb": _gigabytes,
     "managed_input_rerecord_limit": _integer(0),
     "managed_input_rerecord_action": _choice("copy", "skip"),

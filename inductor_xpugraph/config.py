@@ -63,6 +63,15 @@ generation_cloning: bool = _from_environment(
     "generation_cloning", "INDUCTOR_XPUGRAPH_GENERATION_CLONING", False
 )
 
+# A parameter or other static input a graph only reads, whose memory moves under it (the same
+# storage at a new address: FSDP2 frees each layer's gathered parameters after use and gathers
+# them again at the next step), is copied into the graph at each replay, like any other input,
+# instead of being recorded again at nearly every step (trees.inputs). False: such moves are
+# recorded as variants, and the thrash guard counts them. Read when a graph is compiled.
+copy_moving_inputs: bool = _from_environment(
+    "copy_moving_inputs", "INDUCTOR_XPUGRAPH_COPY_MOVING_INPUTS", True
+)
+
 # An input that another graph produced (an output of an earlier graph of the step) is not
 # copied: the recording bakes in its address. After it moved this many times at one place in
 # the tree (0: never), the callable's recordings there either copy it, like any other input

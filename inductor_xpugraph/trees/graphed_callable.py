@@ -105,8 +105,10 @@ class GraphedCallable:
         self._may_be_state = tuple(i for i in self.mutated_inputs if i not in self.static_inputs)
         # Static inputs the graph only reads: copied instead where their memory moves under
         # them (FSDP2's gathered parameters: ``inputs.MovingStorages``).
-        self._read_only_static = tuple(
-            sorted(i for i in self.static_inputs if i not in self.mutated_inputs)
+        self._read_only_static = (
+            tuple(sorted(i for i in self.static_inputs if i not in self.mutated_inputs))
+            if settings.copy_moving_inputs
+            else ()
         )
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
@@ -565,6 +567,7 @@ class GraphedCallable:
             for i, caller in callers_written.items():  # the un-graphed run writes the caller's
                 capture_args[i] = caller
             return self._capture_failed(tree, error, capture_args)
+        moving = [i for i in copied if i in self.static_inputs]  # copied: memory moves
         stats.counters["records"] += 1
         if rerecord_reason is not None:
             stats.counters["rerecords"] += 1
@@ -583,7 +586,8 @@ class GraphedCallable:
             object_inputs=object_inputs,
             state_inputs=state_inputs,
             written_back=list(written_buffers.items()),
-            moving_inputs=[i for i in copied if i in self.static_inputs],
+            moving_inputs=moving,
+            moving_buffers=input_buffers.still_referenced(moving),
         )
         del captured_outputs, capture_args, state_inputs
         node = tree.add_node(self.identity, key, recording)

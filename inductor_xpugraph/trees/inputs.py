@@ -104,6 +104,10 @@ class InputBuffers:
         self.indices = indices
         self.copy_values = copy_values
         self.views: list[torch.Tensor] = []
+        # The buffers' own storages, held weakly: an output is over a buffer only if it
+        # shares that storage object. (An address says nothing: a buffer the captured code
+        # freed after its last use may lie under a later output of the same capture.)
+        self._storages: list[StorageWeakRef] = []
 
     def __call__(self, args: list[Any]) -> None:
         for i in self.indices:
@@ -114,7 +118,17 @@ class InputBuffers:
             if self.copy_values:
                 writable_view(buffer).copy_(writable_view(arg))
             self.views.append(alias_over(buffer, unowned(buffer.untyped_storage())))
+            self._storages.append(StorageWeakRef(buffer.untyped_storage()))
             args[i] = buffer
+
+    def still_referenced(self, indices: Sequence[int]) -> dict[int, int]:
+        """The buffers of the inputs at ``indices`` that something still references after the
+        capture (an output over one of them): storage object (``_cdata``) -> input index."""
+        return {
+            ref.cdata: i
+            for i, ref in zip(self.indices, self._storages)
+            if i in indices and not ref.expired()
+        }
 
 
 # The per-replay input copy is specialised once, at record time, for what the graph has:

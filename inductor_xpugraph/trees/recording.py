@@ -131,6 +131,7 @@ class Recording:
         state_inputs: Sequence[torch.Tensor] = (),
         written_back: Sequence[tuple[int, torch.Tensor]] = (),
         moving_inputs: Sequence[int] = (),
+        moving_buffers: Mapping[int, int] | None = None,
     ) -> None:
         """``static_inputs``: every tensor input that is not copied, as it was at capture:
         parameters and buffers, and outputs of earlier graphs on the tree path, whose blocks
@@ -148,7 +149,9 @@ class Recording:
         (FSDP2's: ``inputs.MovingStorages``). An output that is one of them, or a view of
         one (a forward saves its weight for the backward), is handed out over the caller's
         tensor, as without graphs, not over the copy: the copy is scratch, and the gathered
-        parameters are not kept in the pool until the backward.
+        parameters are not kept in the pool until the backward. ``moving_buffers``: which
+        outputs those are: the storage objects (``_cdata``) of their buffers that the capture's
+        outputs still reference -> input index (``InputBuffers.still_referenced``).
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
@@ -179,10 +182,9 @@ class Recording:
         )
         input_storages = {s.storage_address for s in static_inputs} - consumed_inputs
         self.moving_inputs = tuple(moving_inputs)
+        dtypes = dict(zip(self.copied_inputs, (buffer.dtype for buffer in self.input_buffers)))
         moving_buffers = {
-            self.input_buffers[k].untyped_storage().data_ptr(): (i, self.input_buffers[k].dtype)
-            for k, i in enumerate(self.copied_inputs)
-            if i in self.moving_inputs
+            storage: (i, dtypes[i]) for storage, i in (moving_buffers or {}).items()
         }
         self._layouts, self._constants, self.blocks, self._callers_aliases = _output_layouts(
             outputs, input_storages, path_blocks or {}, moving_buffers
@@ -444,7 +446,7 @@ def _output_layouts(
     in a parameter or buffer (kept as a constant alias). Any other output lies in memory the
     capture allocated (its input buffers included: a forward returns its input batch, saved
     for the backward). Non-tensor outputs (None, sizes) are constants. An output over the
-    buffer of a moving input (``moving_buffers``: its storage address -> input index and
+    buffer of a moving input (``moving_buffers``: its storage object -> input index and
     dtype) is rebuilt over the caller's tensor at each replay.
     Returns (layout or None, constant or None) per output, the new blocks, and
     (position, input index, storage offset, size, stride) per output over a moving input.
@@ -460,7 +462,7 @@ def _output_layouts(
             continue
         storage = out.untyped_storage()
         address = storage.data_ptr()
-        moving = moving_buffers.get(address)
+        moving = moving_buffers.get(storage._cdata)
         if moving is not None and moving[1] == out.dtype:
             layouts.append(None)
             constants.append(None)

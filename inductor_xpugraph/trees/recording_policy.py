@@ -143,6 +143,8 @@ class RecordingSettings:
     # moves of an input another graph produced, at one place, before ``managed_action``
     managed_limit: int = 5  # 0: never
     managed_action: str = "copy"  # or "skip"
+    # static inputs only read whose memory moves under them are copied (``inputs``)
+    copy_moving_inputs: bool = True
     # a graph that would run un-graphed raises instead (upstream's cudagraph_or_error)
     raise_on_skip: bool = False
     sync_after_call: bool = False  # synchronize the device after each call
@@ -199,6 +201,7 @@ class RecordingSettings:
             initial_pool_bytes=int((pool_gb or 0) * 2**30),
             managed_limit=managed_limit or 0,
             managed_action=managed_action,
+            copy_moving_inputs=bool(config.copy_moving_inputs),
             raise_on_skip=bool(or_error),
             sync_after_call=bool(sync),
             check_held_outputs=bool(fast_path_asserts),

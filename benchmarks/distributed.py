@@ -282,7 +282,10 @@ def main() -> None:
     if args.child:
         child(args.child, args.device, args.workloads, args.steps)
         return
-    title = f"Distributed, {args.ranks} rank(s), {args.steps} steps per workload, {args.runs} launch(es)"
+    title = (
+        f"Distributed, {args.ranks} rank(s), {args.steps} steps per workload, "
+        f"{args.runs} launch(es)"
+    )
     if args.device == "cuda":
         title += f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
     print(measure.header(title, args.device))

@@ -20,8 +20,10 @@ PROMPT_LENGTHS = (8, 8, 8, 8, 12, 12, 12, 12)
 MAX_CACHE_LEN = max(PROMPT_LENGTHS) + NEW_TOKENS
 # The keyword ``generate`` takes a cache by: ``cache`` from transformers 5.24, where
 # ``past_key_values`` is deprecated.
-CACHE = "cache" if tuple(map(int, transformers.__version__.split(".")[:2])) >= (5, 24) else (
-    "past_key_values"
+CACHE = (
+    "cache"
+    if tuple(map(int, transformers.__version__.split(".")[:2])) >= (5, 24)
+    else ("past_key_values")
 )
 
 
@@ -231,9 +233,7 @@ def test_a_graph_break_inside_a_decoder_layer_with_a_lazy_cache_matches_eager(de
     assert replays[-1] >= 2 * NEW_TOKENS, replays  # two graphs per step, every step
 
 
-def test_a_cache_made_before_a_graph_break_and_written_after_it_matches_eager(
-    device, monkeypatch
-):
+def test_a_cache_made_before_a_graph_break_and_written_after_it_matches_eager(device, monkeypatch):
     """Each layer's cache made in one graph, written first by the graph after a break."""
     model = tiny_model("llama", device, layers=1)
     layer_class = transformers.cache_utils.StaticLayer

@@ -128,9 +128,7 @@ class Generation:
         records, never on the replay fast path."""
         if not self.carried:
             return []
-        written = {
-            id(arg): arg for i in positions if isinstance(arg := args[i], torch.Tensor)
-        }
+        written = {id(arg): arg for i in positions if isinstance(arg := args[i], torch.Tensor)}
         taken = []
         for producer, refs in self.carried:
             for ref in list(refs):

@@ -247,9 +247,7 @@ class GraphedCallable:
             self._passed_again = self._mutated_inputs_seen.note(args)
             self._new_twice = self._mutated_inputs_seen.new_twice
             tree.generation.note_written(args, self._may_be_state)
-            for producer, position, state in tree.generation.take_carried(
-                args, self._may_be_state
-            ):
+            for producer, position, state in tree.generation.take_carried(args, self._may_be_state):
                 tree.keep_state(state)
                 tree.state_outputs.setdefault(producer.id, set()).add(position)
         if self.aligned_inputs:

@@ -58,10 +58,12 @@ are carried through the next generation (``Generation.carried``). A call of that
 that writes one keeps it as state (``Generation.take_carried``); the others go stale when it
 ends, and the position of the output it was is remembered for its callable: when a recording
 of that callable makes such state again (a cache made per request, where graph breaks split
-the step), the caller's tensor there is kept when its generation ends (``HandedOut.keep_outputs``). Nothing a graph replays over is read: a carried output lies outside the pool. The cost
-is one copy of each held warmup output, at the few generations that warm up; a graph's
-outputs (replays) go stale at their generation's end as before. Code that reads a result of
-the step before therefore fails at the second step of a warmup rather than the first.
+the step), the caller's tensor there is kept when its generation ends
+(``HandedOut.keep_outputs``). Nothing a graph replays over is read: a carried output lies
+outside the pool. The cost is one copy of each held warmup output, at the few generations
+that warm up; a graph's outputs (replays) go stale at their generation's end as before. Code
+that reads a result of the step before therefore fails at the second step of a warmup rather
+than the first.
 
 Note [Outputs passed back in]
 -----------------------------

@@ -183,9 +183,7 @@ class Recording:
         input_storages = {s.storage_address for s in static_inputs} - consumed_inputs
         self.moving_inputs = tuple(moving_inputs)
         dtypes = dict(zip(self.copied_inputs, (buffer.dtype for buffer in self.input_buffers)))
-        moving_buffers = {
-            storage: (i, dtypes[i]) for storage, i in (moving_buffers or {}).items()
-        }
+        moving_buffers = {storage: (i, dtypes[i]) for storage, i in (moving_buffers or {}).items()}
         self._layouts, self._constants, self.blocks, self._callers_aliases = _output_layouts(
             outputs, input_storages, path_blocks or {}, moving_buffers
         )

@@ -215,9 +215,10 @@ class GraphTree:
 
         ``args`` are those of the call that starts the generation: the ones at positions
         ``passed_back`` that are outputs of the generation that ended are handed over, or
-        replaced by copies where that cannot be (Note [Outputs passed back in]); those at positions ``mutated`` (the
-        callable writes them), and ``written_later`` (the later partitions of its graph write
-        them), are kept as state (Note [Outputs kept as state])."""
+        replaced by copies where that cannot be (Note [Outputs passed back in]); those at
+        positions ``mutated`` (the callable writes them), and ``written_later`` (the later
+        partitions of its graph write them), are kept as state (Note [Outputs kept as
+        state])."""
         self.retire_ended_generation()
         if self.captures_unlogged:
             log_captures(

@@ -165,26 +165,29 @@ class CpuEmulationBackend(GraphBackend):
             raise
         finally:
             self._capturing.active = False
-        return graph, _over_callers_inputs(graph, outputs, args, set(place_inputs.indices))
+        return graph, _over_callers_inputs(graph, outputs, args)
 
     def _capture_is_active(self) -> bool:
         return getattr(self._capturing, "active", False)
 
 
-def _over_callers_inputs(graph: EmulatedGraph, outputs: Any, args: list[Any], copied: set[int]):
-    """The capture's outputs, with those over a static input rebuilt over that input's own
-    storage, as a device capture (which runs on the caller's tensors) returns them.
+def _over_callers_inputs(graph: EmulatedGraph, outputs: Any, args: list[Any]):
+    """The capture's outputs, with those over an input rebuilt over that input's own storage
+    (the caller's tensor, or the buffer a copied input was placed in), as a device capture,
+    which runs on those tensors, returns them.
 
-    The emulated capture runs on tensors over the captured addresses, so a parameter that
-    the forward returns for its backward came out over a storage of its own, fixed to the
-    address. When the parameter's owner moved its memory in place (FSDP frees a layer's
-    gathered parameters after its forward and gathers them again for its backward), the
-    backward read freed memory: wrong gradients, on the emulator only.
+    The emulated capture runs on tensors over the captured addresses, so an output over an
+    input came out over a storage of its own, fixed to the address. A parameter that the
+    forward returns for its backward then read freed memory when the parameter's owner moved
+    its memory in place (FSDP frees a layer's gathered parameters after its forward and
+    gathers them again for its backward); and the runtime could not tell an output over a
+    copied input's buffer (which it hands out over the caller's tensor when the input's memory
+    moves, ``Recording``'s ``moving_inputs``).
     """
     aliased = {
         graph._args[i].untyped_storage()._cdata: arg
         for i, arg in enumerate(args)
-        if isinstance(arg, torch.Tensor) and i not in copied
+        if isinstance(arg, torch.Tensor)
     }
 
     def rebuilt(out: Any) -> Any:

@@ -364,11 +364,15 @@ def gather_again(tensor: torch.Tensor, held: list) -> None:
         tensor.copy_(values)
 
 
-def test_a_parameter_whose_memory_moves_in_place_at_every_call_is_copied_and_replays(device):
+def compiled_linear(device):
+    """A Linear 16 -> 8 (seeded), its compiled form, and an input for it."""
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 8).to(device)
-    compiled = torch.compile(model, mode="reduce-overhead")
-    x, held = torch.randn(4, 16, device=device), []
+    return model, torch.compile(model, mode="reduce-overhead"), torch.randn(4, 16, device=device)
+
+
+def test_a_parameter_whose_memory_moves_in_place_at_every_call_is_copied_and_replays(device):
+    (model, compiled, x), held = compiled_linear(device), []
     with torch.no_grad():
         for _ in range(12):  # more calls than the thrash guard's limit
             gather_again(model.weight, held)
@@ -381,10 +385,7 @@ def test_a_parameter_whose_memory_moves_in_place_at_every_call_is_copied_and_rep
 
 
 def test_memory_that_starts_moving_after_the_recording_costs_one_more_record(device):
-    torch.manual_seed(0)
-    model = torch.nn.Linear(16, 8).to(device)
-    compiled = torch.compile(model, mode="reduce-overhead")
-    x, held = torch.randn(4, 16, device=device), []
+    (model, compiled, x), held = compiled_linear(device), []
     with torch.no_grad():
         for _ in range(3):  # warmup, record, replay where it lies
             compiled(x)
@@ -482,10 +483,7 @@ def test_a_written_buffer_whose_memory_moves_is_recorded_again_not_copied(device
 
 
 def test_the_report_says_which_inputs_move_and_what_copying_them_costs(device):
-    torch.manual_seed(0)
-    model = torch.nn.Linear(16, 8).to(device)
-    compiled = torch.compile(model, mode="reduce-overhead")
-    x, held = torch.randn(4, 16, device=device), []
+    (model, compiled, x), held = compiled_linear(device), []
     with torch.no_grad():
         for _ in range(5):
             gather_again(model.weight, held)

@@ -31,6 +31,9 @@ from fresh_processes import fork_server
 
 WORLD = 2
 STEPS = 5
+# FSDP2's gathered parameters land where the allocator puts them: a few more steps, so that
+# the last two replay every graph whichever step first saw them move.
+FSDP_STEPS = 7
 # A rank still running after this long is stuck (a collective whose partner never came):
 # it prints every thread's stack and exits, so the test fails instead of hanging.
 RANK_DEADLINE_S = int(os.environ.get("XPUGRAPH_TEST_RANK_DEADLINE_S", "240"))
@@ -279,7 +282,7 @@ def _fsdp_worker(rank: int, device: str, reshard_after_forward: bool = True) -> 
     compiled. FSDP frees a layer's gathered parameters after use (after its forward, or with
     ``reshard_after_forward=False`` after its backward) and gathers them again into the same
     storage, at an address the allocator picks: the recordings copy them
-    (``inputs.MovingStorages``), and every step replays from the second on. The forward
+    (``inputs.MovingStorages``), and every step replays once they are recorded. The forward
     returns its weight for the backward over the caller's parameter, so the backward reads
     the parameter as it is when the backward runs, gathered again."""
     from torch.distributed.fsdp import fully_shard
@@ -297,7 +300,7 @@ def _fsdp_worker(rank: int, device: str, reshard_after_forward: bool = True) -> 
         layer.forward = torch.compile(layer.forward, mode="reduce-overhead")
     batches = torch.Generator(device=device).manual_seed(10 + rank)
     counts = []  # (records, replays) after each step
-    for _ in range(STEPS):
+    for _ in range(FSDP_STEPS):
         x = torch.randn(8, 64, device=device, generator=batches)
         loss = model(x).square().mean()
         loss.backward()
@@ -311,11 +314,16 @@ def _fsdp_worker(rank: int, device: str, reshard_after_forward: bool = True) -> 
         stats = inductor_xpugraph.stats()
         counts.append((stats["records"], stats["replays"]))
     assert (stats["fallbacks"], stats["skip_reasons"]) == (0, {}), stats
-    # Each layer's forward and backward (6 graphs) replays at every step from the fourth on.
-    for (records, replays), (records_after, replays_after) in zip(counts[2:], counts[3:]):
-        assert (records_after - records, replays_after - replays) == (0, 6), counts
-    if device == "cpu":  # memory moved from the warmup on: copied from the first record
-        assert (stats["records"], stats["rerecords"]) == (6, 0), stats
+    # Each layer's forward and backward (6 graphs) records and then replays at every step.
+    # When memory is copied from depends on the allocator: memory seen at one address at the
+    # warmup and the record, and at another later, costs one more record, and with owned
+    # outputs (the emulator) the whole tree records once more, without lending. Either way
+    # the last steps replay all 6 graphs and record nothing.
+    steps = [
+        (after[0] - before[0], after[1] - before[1]) for before, after in zip(counts, counts[1:])
+    ]
+    assert steps[-2:] == [(0, 6), (0, 6)], counts
+    assert stats["replays"] >= 6 * (FSDP_STEPS - 4), counts
 
 
 def _fsdp_keeping_gathered_parameters_worker(rank: int, device: str) -> None:

@@ -399,6 +399,33 @@ def test_memory_that_starts_moving_after_the_recording_costs_one_more_record(dev
     assert len([node for tree in all_trees() for node in tree.nodes()]) == 1
 
 
+def test_memory_that_starts_moving_below_a_graph_that_lent_memory_is_recorded_and_replays(device):
+    """The second graph's recording reused memory of the first's dead output. When its weight
+    first moves after that, its new recording goes below the first graph beside the old one:
+    with allocator checkpointing that is one more record; with owned outputs (portable) the
+    lent memory cannot be reserved again, so the tree records both graphs once more, without
+    lending. Either way every later step replays both."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 64).to(device)
+    first = torch.compile(lambda x: ((x * 2).relu(), x + 1), mode="reduce-overhead")
+    second = torch.compile(layer, mode="reduce-overhead")
+    x, held, counts = torch.randn(64, 64, device=device), [], []
+    with torch.no_grad():
+        for step in range(8):  # warmup, record, replay, then the weight moves at every step
+            inductor_xpugraph.mark_step_begin()
+            if step >= 3:
+                gather_again(layer.weight, held)
+            a, b = first(x)
+            del a  # dead when `second` is recorded: its capture may reuse the memory
+            torch.testing.assert_close(second(b), layer(x + 1))
+            stats = inductor_xpugraph.stats()
+            counts.append((stats["records"], stats["replays"]))
+    (tree,) = [tree for tree in all_trees() if tree.nodes()]
+    records = {"allocator_checkpointing": 3, "owned_outputs": 4}[tree.memory.name]
+    assert (stats["records"], stats["fallbacks"]) == (records, 0), counts
+    assert [replays for _, replays in counts[-3:]] == [counts[-4][1] + 2 * n for n in (1, 2, 3)]
+
+
 def test_training_with_a_parameter_whose_memory_moves_replays_with_eager_gradients(device):
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 64).to(device)

@@ -64,7 +64,7 @@ CUDA_PRIVATE_APIS = [
     "torch._C._cuda_checkPoolLiveAllocations",
     "torch._C._free_And_Remove_DeleterFn",
     "torch._C._has_Standard_Deleter",
-    "torch._C._cuda_clearCublasWorkspaces",  # wrapped: Note [Someone else clears ...]
+    "torch._C._cuda_clearCublasWorkspaces",  # wrapped (backends/cuda.py)
     # trees/backends/device_graphs.py: what a failed capture leaves undone
     "torch._C._cuda_endAllocateToPool",
     "torch._C._cuda_releasePool",

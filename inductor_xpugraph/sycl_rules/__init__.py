@@ -17,7 +17,7 @@ a stand-in of torch's XPU runtime (``torch_xpu.StandInXpu``: a pool of 32 SYCL q
 priority, XPUGraph's order of operations, the allocators' routing, the generator's capture
 mode) built on a model of SYCL's queues, events and graphs (``sycl``), recorded through command
 buffers (rules checked against Intel's SYCL runtime on the CPU:
-tests/test_sycl_rules_differential.py) or natively through Level Zero (torch >= 2.14 on
+tests/sycl_rules/test_sycl_rules_differential.py) or natively through Level Zero (torch >= 2.14 on
 client GPUs; rules read from intel/llvm, which the CPU runtime cannot run). Every operator is
 submitted to the current queue (``submission``); those SYCL Graph refuses under the release
 and recording mode (``releases``) raise SYCL's error at capture, as they would on the GPU,

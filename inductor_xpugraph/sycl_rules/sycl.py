@@ -5,7 +5,8 @@ which Intel's SYCL runtime refuses or reroutes work while a queue records. It ru
 host: a kernel is a Python callable that runs when a queue *executes* it. Each rule says where
 it comes from: the ``sycl_ext_oneapi_graph`` specification ("spec"), or what Intel's SYCL
 runtime did on the CPU (intel-sycl-rt and intel-opencl-rt 2026.2.0 on the OpenCL CPU device,
-``tests/test_sycl_rules_differential.py`` runs each scenario there and here, and compares).
+``tests/sycl_rules/test_sycl_rules_differential.py`` runs each scenario there and here, and
+compares).
 
 - A queue is *executing* or *recording* into one graph (``queue::ext_oneapi_get_state``).
   ``begin_recording`` puts it into recording; ``end_recording`` or the destruction of the
@@ -317,7 +318,7 @@ class Device:
 
 
 class Runtime:
-    """The calls ``tests/test_sycl_rules_differential.py`` makes of both runtimes."""
+    """The calls ``tests/sycl_rules/test_sycl_rules_differential.py`` makes of both runtimes."""
 
     def __init__(self) -> None:
         self.device = Device()

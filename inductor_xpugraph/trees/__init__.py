@@ -14,7 +14,7 @@ Generated code uses these names from here, at module load:
   state]);
 - ``PartitionlessRunner()``, where Inductor generated no ``runner`` (``graph_partition``
   off): the object whose ``partitions`` Inductor frees with the compiled graph (Note [What
-  keeps a graph alive] in ``graphed_callable``).
+  keeps a graph alive] in ``lifetime``).
 
 Nothing here names a device: device specifics are in ``trees.backends``.
 """
@@ -85,7 +85,7 @@ def ungraphed_backward(fn: Callable[[list[Any]], Any], *, device: str) -> Callab
     that a backward ran, as a graphed backward does (``GraphedCallable``).
 
     The forwards of a step wait for their backward before the step may end (Note [A backward
-    that can no longer run] in ``tree``). Without this, a model whose backward cannot be
+    that can no longer run] in ``generation``). Without this, a model whose backward cannot be
     captured (an op that cannot, say) recorded its forward again, below the last recording,
     at every step in which the caller still held the last step's output, and never replayed.
     Upstream's trees do the same for a backward they skip

@@ -30,7 +30,7 @@ first generation that replayed it, the tree has the recording find them
 the recording holds it only weakly, for the stale-output rules. Otherwise the recording
 would keep, through the object's ``grad_fn``, that step's autograd graph alive, and with it
 the parameters and the compiled code (Note [What keeps a graph alive] in
-``graphed_callable``). Each position's kept object is always one of the recording's own
+``lifetime``). Each position's kept object is always one of the recording's own
 references to its block (counted in ``own_refs``), so a block is dead when its storage has
 no other reference *and* no object of a recording over it is held (``OutputBlock.is_dead``).
 A backward graph's outputs are gradients, which autograd keeps as a parameter's ``.grad``

@@ -45,7 +45,7 @@ because an output whose memory a recording reuses is still referenced (bounded b
 ``static_input_variants`` at each place; past it the step runs un-graphed, ``tree``).
 
 A policy knows nothing of devices, trees or tensors beyond the keys and generation numbers
-it is given; ``tests/test_recording_policy.py`` pins it down.
+it is given; ``tests/trees/test_recording_policy.py`` pins it down.
 """
 
 from __future__ import annotations

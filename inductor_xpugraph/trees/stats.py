@@ -34,7 +34,7 @@ COUNTER_NAMES = (
     "liveness_fallbacks",
     # Blocks of graph memory still referenced when their generation ended, copied out of
     # the pool for the caller (gradients: ``GraphTree.retire_handed_out``), and outputs kept
-    # as state, once each (Note [Outputs kept as state] in ``handed_out``).
+    # as state, once each (Note [Outputs kept as state] in ``kept_state``).
     "handovers",
     # Held outputs compared before and after a call, with ``config.debug_checks`` on.
     "outputs_checked",

@@ -470,7 +470,7 @@ class GraphTree:
 
     def forget_callable(self, callable_id: int) -> None:
         """Note that a callable no longer exists (its compiled graph was freed, see Note
-        [What keeps a graph alive] in ``graphed_callable``); see drop_forgotten.
+        [What keeps a graph alive] in ``lifetime``); see drop_forgotten.
 
         Called from a finalizer, at any time and on any thread: only records the id.
         """

@@ -38,7 +38,7 @@ thread's later allocations may keep going to the pool, and the pool's memory is 
 back before the process ends. That is logged, once per device, when it happens.
 
 Not run on an Intel GPU or a PrivateUse1 device by this project: tests script the accelerator
-API on the CPU (tests/test_accelerator_graph_backend.py).
+API on the CPU (tests/trees/backends/test_accelerator_graph_backend.py).
 """
 
 from __future__ import annotations

@@ -25,18 +25,18 @@ Note [Recovering from a failed capture]
 ---------------------------------------
 ``capture_begin`` and ``capture_end`` can raise part-way and leave torch in capture mode. The
 graph class puts the device's default generator into capture mode first thing in
-``capture_begin`` and takes it out only when ``capture_end`` succeeds (not even destroying
-the graph does): a generator left there makes every later random op raise "Offset increment
-outside graph capture" (seen on the H100, torch 2.11). The allocator routes into the pool
-until ``capture_end``. XPU's ``capture_end`` ends the SYCL recording first and raises from
-there (torch's XPUGraph.cpp), with the queue still recording, and what a recording queue
-does is what SYCL Graph says (measured with Intel's SYCL runtime on the CPU,
-tests/test_sycl_rules_differential.py): a host wait on it throws (so do ``synchronize`` and
-``empty_cache``, which wait on every queue of the device), and a queue that waits for an
-event recorded there *joins* the recording, silently: its later work is recorded, never run.
-Its queue is not ours alone: xpu hands out the same 32 queues per priority round-robin, so a
-"new" stream is an old queue, and the one a failed capture left recording goes to whoever
-takes a stream 32 streams later. So, after such a failure:
+``capture_begin`` and takes it out only when ``capture_end`` succeeds (not even destroying the
+graph does): a generator left there makes every later random op raise "Offset increment outside
+graph capture" (seen on the H100, torch 2.11). The allocator routes into the pool until
+``capture_end``. XPU's ``capture_end`` ends the SYCL recording first and raises from there
+(torch's XPUGraph.cpp), with the queue still recording, and what a recording queue does is what
+SYCL Graph says (measured with Intel's SYCL runtime on the CPU,
+tests/sycl_rules/test_sycl_rules_differential.py): a host wait on it throws (so do
+``synchronize`` and ``empty_cache``, which wait on every queue of the device), and a queue that
+waits for an event recorded there *joins* the recording, silently: its later work is recorded,
+never run. Its queue is not ours alone: xpu hands out the same 32 queues per priority
+round-robin, so a "new" stream is an old queue, and the one a failed capture left recording goes
+to whoever takes a stream 32 streams later. So, after such a failure:
 
 1. the allocator's routing into the pool is stopped (``_undo_pool_routing``);
 2. the failed graph is destroyed: it is held in one place only (``capture``'s box, cleared,

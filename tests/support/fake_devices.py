@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fresh_processes import fork_server
 from torch._dynamo import device_interface
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from .fresh_processes import fork_server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Every private torch API (and config entry) this harness patches or relies on.
 PRIVATE_TORCH_APIS = (

@@ -1,15 +1,15 @@
 """The stand-in of torch's XPU runtime (``inductor_xpugraph.sycl_rules``) and the xpu backend
 over it.
 
-Two groups. The *rules*: what the stand-in does, one rule per test, each as its module says
-torch's XPU runtime (c10/xpu/XPUStream.cpp, aten/src/ATen/xpu/XPUGraph.cpp, the caching
-allocators) or SYCL Graph (the ``sycl_ext_oneapi_graph`` specification, or Intel's SYCL
-runtime on the CPU: tests/test_sycl_rules_differential.py) does it. The *findings*: what the
-xpu backend's own code (``DeviceGraphBackend``, run as ``XpuRulesBackend``) does after a
-capture fails under those rules (Note [Recovering from a failed capture] in
-``trees/backends/device_graphs.py``), and what the tree does with it. No ``torch.compile``:
-the callables are written as Inductor writes them (an ``empty_strided_cpu`` in their module's
-globals, which ``EmulatedGraph`` reroutes at capture and replay).
+Two groups. The *rules*: what the stand-in does, one rule per test, each as its module says torch's
+XPU runtime (c10/xpu/XPUStream.cpp, aten/src/ATen/xpu/XPUGraph.cpp, the caching allocators) or SYCL
+Graph (the ``sycl_ext_oneapi_graph`` specification, or Intel's SYCL runtime on the CPU:
+tests/sycl_rules/test_sycl_rules_differential.py) does it. The *findings*: what the xpu backend's
+own code (``DeviceGraphBackend``, run as ``XpuRulesBackend``) does after a capture fails under those
+rules (Note [Recovering from a failed capture] in ``trees/backends/device_graphs.py``), and what the
+tree does with it. No ``torch.compile``: the callables are written as Inductor writes them (an
+``empty_strided_cpu`` in their module's globals, which ``EmulatedGraph`` reroutes at capture and
+replay).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each ``scenario_*`` function takes a runtime ``rt`` of the shared API (the real 
 real_runtime.py, or the stand-in ``inductor_xpugraph.sycl_rules.sycl``) and returns its
 observations: a JSON-able list of ``[label, value]`` pairs, where a call's value is "ok" or
 "SyclError: <SYCL's exception text>". Both runtimes must give the same lists
-(tests/test_sycl_rules_differential.py).
+(tests/sycl_rules/test_sycl_rules_differential.py).
 
 Only the shared API is used here. Counter values are read only where nothing that touches the
 counter can still be running (after a wait, or where the work never ran), so that the real

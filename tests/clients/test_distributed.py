@@ -27,7 +27,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from fresh_processes import fork_server
+from support.fresh_processes import fork_server
 
 WORLD = 2
 STEPS = 5

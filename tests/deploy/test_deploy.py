@@ -27,7 +27,7 @@ from inductor_xpugraph.deploy import (
     wrapper_modules,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def mlp(x, w1, w2):

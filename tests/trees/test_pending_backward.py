@@ -1,5 +1,5 @@
 """Forwards in training mode whose backward may never run (Note [A backward that can no
-longer run] in ``trees/tree.py``): an evaluation loop without ``torch.no_grad()`` replays
+longer run] in ``trees/generation.py``): an evaluation loop without ``torch.no_grad()`` replays
 one graph, and forwards kept for a later backward record below each other, as upstream's
 trees do; a backward that is not captured ends the wait as a captured one does. Runs on the
 CPU emulator everywhere and on cuda (both memory strategies) with ``-m gpu``."""

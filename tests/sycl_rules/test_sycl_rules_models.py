@@ -7,7 +7,7 @@ work-group scratch memory) is left out under command buffers and captured under 
 recording; a graph running ``torch.fft`` (oneMKL) is left out everywhere. Inductor does not
 split CPU graphs into partitions, so on the CPU the graph that runs a listed operator runs
 un-graphed whole (on an Intel GPU, Inductor partitions around it:
-tests/test_fake_device_codegen.py)."""
+tests/codegen/test_fake_device_codegen.py)."""
 
 from __future__ import annotations
 

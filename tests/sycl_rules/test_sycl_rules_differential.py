@@ -1,8 +1,9 @@
 """The stand-in SYCL runtime (``inductor_xpugraph.sycl_rules.sycl``) against Intel's real one.
 
-Each scenario of tests/sycl_cpu/scenarios.py runs on both: on the real SYCL runtime (the OpenCL
-CPU device, through dpctl and tests/sycl_cpu/shim.cpp, in one subprocess for all scenarios) and
-on the stand-in; their observations, SYCL's exception texts included, must be equal.
+Each scenario of tests/sycl_rules/sycl_cpu/scenarios.py runs on both: on the real SYCL
+runtime (the OpenCL CPU device, through dpctl and tests/sycl_rules/sycl_cpu/shim.cpp, in one
+subprocess for all scenarios) and on the stand-in; their observations, SYCL's exception
+texts included, must be equal.
 
 The real side needs a Python with the pinned packages and g++ (to build the shim once, into
 ~/.cache/inductor_xpugraph/sycl_cpu). That Python is ``$INDUCTOR_XPUGRAPH_SYCL_PYTHON``, or the
@@ -11,7 +12,7 @@ one running the tests; it needs neither torch nor this package::
     python -m venv /tmp/syclvenv
     /tmp/syclvenv/bin/pip install intel-sycl-rt==2026.2.0 intel-opencl-rt==2026.2.0 dpctl==0.22.1
     INDUCTOR_XPUGRAPH_SYCL_PYTHON=/tmp/syclvenv/bin/python python -m pytest \\
-        tests/test_sycl_rules_differential.py
+        tests/sycl_rules/test_sycl_rules_differential.py
 
 Without them the module is skipped, with the reason.
 """

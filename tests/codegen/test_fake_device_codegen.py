@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from fake_devices import (
+from support.fake_devices import (
     PATCHED_CUDA_FUNCTIONS,
     PRIVATE_TORCH_APIS,
     FakeDeviceInterface,
@@ -457,8 +457,8 @@ def test_private_torch_apis_used_by_fake_device_codegen_still_exist():
         f"torch.cuda.{name}" for name in PATCHED_CUDA_FUNCTIONS if not hasattr(torch.cuda, name)
     ]
     assert not missing, (
-        "fake-device codegen (tests/fake_devices.py) relies on private torch APIs that are gone "
-        "in torch " + torch.__version__ + ":\n  " + "\n  ".join(missing)
+        "fake-device codegen (tests/support/fake_devices.py) relies on private torch APIs "
+        "that are gone in torch " + torch.__version__ + ":\n  " + "\n  ".join(missing)
     )
 
     def parameters(dotted: str) -> list[str]:

@@ -1,7 +1,8 @@
 """The SYCL-rules API of ``inductor_xpugraph.sycl_rules.sycl``, over Intel's real SYCL runtime.
 
 Drives real ``sycl_ext_oneapi_graph`` graphs on the OpenCL CPU device, so that the pure-Python
-stand-in can be checked against the runtime it models (tests/test_sycl_rules_differential.py).
+stand-in can be checked against the runtime it models
+(tests/sycl_rules/test_sycl_rules_differential.py).
 dpctl provides queues, USM memory and an OpenCL C kernel; ``shim.cpp`` (built here with g++ on
 first use) provides the graph API and every call whose SYCL exception text dpctl would lose.
 
@@ -10,7 +11,7 @@ Run as a script, in a Python that has the pinned packages, it executes scenarios
 scenario that failed outside SYCL's rules gives ``{"harness_error": traceback}``; or ``{"skip":
 reason}`` where this machine cannot run it::
 
-    python tests/sycl_cpu/real_runtime.py [scenario_name ...]
+    python tests/sycl_rules/sycl_cpu/real_runtime.py [scenario_name ...]
 
 It imports neither torch nor inductor_xpugraph: the Python with the SYCL packages need not
 have them.
@@ -106,7 +107,9 @@ def build_shim() -> Path:
     if library.exists():
         return library
     if shutil.which("g++") is None:
-        raise Unavailable("g++ is not installed (needed to build tests/sycl_cpu/shim.cpp)")
+        raise Unavailable(
+            "g++ is not installed (needed to build tests/sycl_rules/sycl_cpu/shim.cpp)"
+        )
     library.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename: concurrent builds never load a half-written file.
     fd, partial = tempfile.mkstemp(dir=library.parent, suffix=".so")

@@ -1,8 +1,8 @@
 """The pool-path bookkeeping of allocator checkpointing, against a model allocator.
 
-Real checkpoints need the CUDA caching allocator (tests/test_cuda.py runs them); here a fake
-backend models a pool as the set of its allocated addresses, which is all the strategy may
-rely on, and records what the strategy asks of it.
+Real checkpoints need the CUDA caching allocator (tests/trees/backends/test_cuda.py runs
+them); here a fake backend models a pool as the set of its allocated addresses, which is all
+the strategy may rely on, and records what the strategy asks of it.
 """
 
 import logging

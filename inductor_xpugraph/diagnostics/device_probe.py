@@ -262,9 +262,8 @@ def probe_device(
     probe.not_to_capture = list(unrecordable_ops.ops_not_to_capture(device_type))
     listed = unrecordable_ops.listed_ops(device_type)
     if probe.sycl_rules:
-        probe.stands_for = {
-            op: xpu_op for op, xpu_op in unrecordable_ops.STANDS_FOR.items() if op in listed
-        }
+        stands_for = unrecordable_ops.stood_for(device_type)
+        probe.stands_for = {op: xpu_op for op, xpu_op in stands_for.items() if op in listed}
     for op in listed:
         stage(f"trying {op} of the do-not-capture list")
         probe.ops.append(try_op(backend, op, label))

@@ -40,8 +40,8 @@ from collections.abc import Iterator
 
 from ..codegen import disable, enable, enabled_devices
 from ..trees import forget_trees
-from ..trees.backends import STAND_INS, unrecordable_ops
 from ..trees.backends.capture_streams import forget_capture_streams
+from ..trees.backends.stand_ins import StandIn, standing_in
 from .backend import AcceleratorRulesBackend, XpuRulesBackend, use_device
 from .releases import CPU_STAND_INS, RELEASES, Release, refused_ops, release_of
 from .submission import SubmitToCurrentQueue
@@ -78,25 +78,22 @@ def on_cpu(
         raise ValueError(f"torch {rules.version} has no torch.accelerator.Graph")
     device = StandInXpu(rules, recording, data_center_max=data_center_max)
     backend = AcceleratorRulesBackend if graph_api == "accelerator" else XpuRulesBackend
+    stands_for = {cpu: xpu for xpu, cpu in CPU_STAND_INS.items()}
+    record = StandIn(backend, device.refused_ops, stands_for)
     was_enabled = "cpu" in enabled_devices()
     forget_trees("cpu")
-    STAND_INS["cpu"] = backend
-    unrecordable_ops.STAND_IN_OPS["cpu"] = device.refused_ops
-    unrecordable_ops.STANDS_FOR.update({cpu: xpu for xpu, cpu in CPU_STAND_INS.items()})
-    use_device(device)
-    enable("cpu")
-    try:
-        with SubmitToCurrentQueue(device):
-            yield device
-    finally:
-        forget_trees("cpu")
-        STAND_INS.pop("cpu", None)
-        unrecordable_ops.STAND_IN_OPS.pop("cpu", None)
-        unrecordable_ops.STANDS_FOR.clear()
-        use_device(None)
-        forget_capture_streams(device)
-        if not was_enabled:
-            disable("cpu")
+    with standing_in("cpu", record):
+        use_device(device)
+        enable("cpu")
+        try:
+            with SubmitToCurrentQueue(device):
+                yield device
+        finally:
+            forget_trees("cpu")
+            use_device(None)
+            forget_capture_streams(device)
+            if not was_enabled:
+                disable("cpu")
 
 
 __all__ = ["RELEASES", "Release", "StandInXpu", "on_cpu", "refused_ops", "release_of"]

@@ -7,6 +7,8 @@
 - torch's PrivateUse1 backend (``torch._C._get_privateuse1_backend_name()``), where this torch
   has ``torch.accelerator.Graph``: ``accelerator_graphs``, whose graphs work where the
   backend registers a graph implementation.
+
+Anything standing in for a device type (``stand_ins``) answers for it instead.
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ import torch
 
 from ... import config
 from .base import Graph, GraphBackend
-
-#: Backends that stand in for a device type while a caller says so (``inductor_xpugraph.
-#: sycl_rules.on_cpu`` puts the CPU under SYCL Graph's rules): device type -> backend class.
-STAND_INS: dict[str, type[GraphBackend]] = {}
+from .stand_ins import stand_in
 
 
 def backend_class(device_type: str) -> type[GraphBackend]:
-    """The backend of ``device_type``; reads ``config.xpu_graph_api`` for "xpu"."""
-    if device_type in STAND_INS:
-        return STAND_INS[device_type]
+    """The backend of ``device_type``, or of what stands in for it (``stand_ins``); reads
+    ``config.xpu_graph_api`` for "xpu"."""
+    playing = stand_in(device_type)
+    if playing is not None:
+        return playing.backend
     if device_type == "xpu":
         return _xpu_backend_class()
     if device_type == "cuda":
@@ -64,4 +65,4 @@ def _xpu_backend_class() -> type[GraphBackend]:
     return XpuGraphBackend
 
 
-__all__ = ["STAND_INS", "Graph", "GraphBackend", "backend_class"]
+__all__ = ["Graph", "GraphBackend", "backend_class"]

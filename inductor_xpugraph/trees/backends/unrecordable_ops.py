@@ -53,7 +53,7 @@ An entry may hold for some torch releases (``Listed.before``) or recording modes
 (``Listed.recordings``) only: the list a compile uses is that of the installed torch and the
 device's recording mode (``ops_not_to_capture``). On the CPU under SYCL Graph's rules
 (``inductor_xpugraph.sycl_rules.on_cpu``) it is the xpu list of the release the rules are
-for, named by the CPU operators that stand for the xpu ones (``STAND_IN_OPS``).
+for, named by the CPU operators that stand for the xpu ones (its ``stand_ins.StandIn``).
 
 ``config.allow_capture_ops`` takes operators off a device's list (where a newer runtime records
 them); ``config.never_capture_ops`` adds operators on every device.
@@ -65,12 +65,13 @@ import dataclasses
 import functools
 import importlib.metadata
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from ... import config
+from .stand_ins import stand_in
 from .xpu_recording import COMMAND_BUFFER, RECORDING_MODES, device_recording_mode
 
 _FLASH_ATTENTION = (
@@ -196,13 +197,6 @@ UNRECORDABLE_OPS: dict[str, dict[str, str | Listed]] = {
     },
 }
 
-#: Lists of device types that something stands in for now (``sycl_rules.on_cpu`` puts the
-#: CPU's here): they replace the device's own.
-STAND_IN_OPS: dict[str, dict[str, str]] = {}
-#: The operator each entry of those lists stands for, where the names differ
-#: (``allow_capture_ops`` takes either name).
-STANDS_FOR: dict[str, str] = {}
-
 
 def torch_release() -> tuple[int, int]:
     """The installed torch's (major, minor)."""
@@ -220,8 +214,9 @@ def listed_ops(
     installed one by default) and ``recording`` mode (by default ``config.xpu_recording``,
     whose "auto" is the mode of device 0 of this process: ``xpu_recording``), with the
     libraries installed here (``library_version``), with why."""
-    if device_type in STAND_IN_OPS:
-        return STAND_IN_OPS[device_type]
+    playing = stand_in(device_type)
+    if playing is not None:
+        return dict(playing.unrecordable_ops)
     entries = UNRECORDABLE_OPS.get(device_type)
     if not entries:
         return {}
@@ -237,14 +232,22 @@ def listed_ops(
     return listed
 
 
+def stood_for(device_type: str) -> Mapping[str, str]:
+    """Operator of what stands in for ``device_type`` -> the operator of the modelled device
+    it stands for, where the names differ; empty where the device is itself."""
+    playing = stand_in(device_type)
+    return playing.stands_for if playing is not None else {}
+
+
 def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
     """The operators to partition out of graphs on ``device_type``: the device's list, less
     ``config.allow_capture_ops``, plus ``config.never_capture_ops``."""
     allowed = set(config.allow_capture_ops)
+    stands_for = stood_for(device_type)
     listed = [
         op
         for op in listed_ops(device_type)
-        if op not in allowed and STANDS_FOR.get(op, op) not in allowed
+        if op not in allowed and stands_for.get(op, op) not in allowed
     ]
     return tuple(dict.fromkeys([*listed, *config.never_capture_ops]))
 
@@ -266,6 +269,10 @@ def why_not_captured(device_type: str, op: str) -> str:
     """Why ``op`` is not captured on ``device_type``, for reports and logs."""
     reason = listed_ops(device_type).get(op)
     allowed = config.allow_capture_ops
-    if reason is not None and op not in allowed and STANDS_FOR.get(op, op) not in allowed:
+    if (
+        reason is not None
+        and op not in allowed
+        and stood_for(device_type).get(op, op) not in allowed
+    ):
         return f"{op} is not captured on {device_type}: {reason}"
     return f"{op} is not captured: listed in inductor_xpugraph.config.never_capture_ops"

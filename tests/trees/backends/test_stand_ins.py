@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from inductor_xpugraph import config
 from inductor_xpugraph.trees.backends import backend_class, unrecordable_ops
 from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
 from inductor_xpugraph.trees.backends.stand_ins import StandIn, stand_in, standing_in
@@ -31,11 +32,11 @@ def test_a_stand_in_answers_for_its_device_inside_its_block_only():
     assert unrecordable_ops.stood_for("cpu") == {}
 
 
-def test_allow_capture_ops_takes_the_name_of_the_operator_stood_for(monkeypatch):
+def test_allow_capture_ops_takes_the_name_of_the_operator_stood_for():
     with standing_in("cpu", record()):
         assert OP in unrecordable_ops.ops_not_to_capture("cpu")
-        monkeypatch.setattr("inductor_xpugraph.config.allow_capture_ops", [XPU_OP])
-        assert OP not in unrecordable_ops.ops_not_to_capture("cpu")
+        with config.patch(allow_capture_ops=[XPU_OP]):
+            assert OP not in unrecordable_ops.ops_not_to_capture("cpu")
 
 
 def test_a_stand_in_is_taken_out_when_its_block_raises():

@@ -22,6 +22,12 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    step) is copied instead, like any other input, by one recording that replaces the ones it
    covers (``inputs.MovingStorages``).
 
+Off the fast path, one place decides what the call does: ``decide`` returns a plain value
+(``decision.Decision``: replay, record, warm up, run eagerly, run plain, fall back, with what
+comes before it: recordings it replaces, counts of the thrash guard), from the tree's settled
+position and the call's inputs, changing nothing; ``_carry_out`` then does it. The tree keeps
+its own bookkeeping of what ran (``GraphTree.replayed``, ``GraphTree.recorded``).
+
 Recordings are keyed by the callable's integer inputs (Inductor passes symbolic sizes as
 ints): one recording per distinct size. How many warmups, which sizes, how many re-records
 before the callable stops recording (the thrash guard): ``recording_policy``. An input the
@@ -42,6 +48,7 @@ import itertools
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -51,6 +58,7 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
+from .decision import EAGERLY, PLAIN, Action, Decision, Leave, RecordKind
 from .inputs import InputBuffers, InputNames, StaticInput, input_identity
 from .kept_state import PassedAgain, describe_holders, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
@@ -202,11 +210,8 @@ class GraphedCallable:
                     # A generation's first call: retire the one before while the device runs.
                     tree.retire_ended_generation()
                 outputs = recording.hand_out()  # host work too
-                tree.current = node
-                tree.generation.replayed_nodes.append(node)
+                tree.replayed(node)
                 self._after_run(tree)
-                node.replays += 1
-                stats.counters["replays"] += 1
                 return outputs
             tree.retire_ended_generation()
             with tree.lock:
@@ -242,6 +247,25 @@ class GraphedCallable:
             raise error from cause
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
+        """Every call that does not replay at once: note what the call shows, decide what it
+        does (``decide``), and do it."""
+        self._observe(tree, args)
+        decision = self._ungraphed_for_now(tree)
+        if decision is None:  # on the tree: settle the tree's position, then decide there
+            tree.drop_forgotten()
+            if self._size_inputs is None:  # first call: find the size (int) inputs once
+                self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
+                key = tuple([args[i] for i in self._size_inputs])
+            if self._read_only_static:
+                tree.moving_storages.note(args, self._read_only_static)
+            if tree.current is tree.warming_up:
+                tree.resume_after_warmups()
+            decision = self.decide(tree, key, args)
+        return self._carry_out(decision, tree, key, args)
+
+    def _observe(self, tree: GraphTree, args: list[Any]) -> None:
+        """What a call off the fast path shows, whatever it does next: state written in
+        place (Note [Outputs kept as state]), and static inputs Inductor takes as aligned."""
         if self.mutated_inputs:
             self._raise_for_stale_state(args)
             self._passed_again = self._mutated_inputs_seen.note(args)
@@ -255,24 +279,207 @@ class GraphedCallable:
             if misaligned:  # before anything runs
                 words = self.input_names.describe(misaligned)
                 raise ValueError(messages.misaligned_static_inputs(self.name, words, ALIGNMENT))
+
+    def _ungraphed_for_now(self, tree: GraphTree) -> Decision | None:
+        """A call that the tree's position does not decide: this callable runs un-graphed
+        for good, someone is capturing (a capture never nests: run inside theirs), the device
+        stopped recording, or this generation left the tree. None otherwise."""
         if self.policy.stopped or tree.backend.is_capturing():
-            # Un-graphed for good, or someone else is capturing: run inside their capture.
-            return self.fn(args)
+            return PLAIN
         if tree.backend.cannot_record:  # un-graphed on the whole device, said once per graph
             reason = messages.device_stopped_recording(tree.device, tree.backend.cannot_record)
-            self.policy.skip(reason, level=logging.INFO)
-            return self.fn(args)
-        if tree.current is tree.off_tree:  # this generation has left the tree
-            return self._run_eagerly(tree, args)
-        tree.drop_forgotten()
-        if self._size_inputs is None:  # first call: find the size (int) inputs once
-            self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
-            key = tuple([args[i] for i in self._size_inputs])
-        if self._read_only_static:
-            tree.moving_storages.note(args, self._read_only_static)
-        if tree.current is tree.warming_up and not tree.resume_after_warmups():
+            return Decision(Action.RUN_PLAIN, reason=reason, level=logging.INFO)
+        if tree.current is tree.off_tree:
+            return EAGERLY
+        return None
+
+    def decide(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Decision:
+        """What this call does at the tree's current node (settled: ``_slow_path``), from the
+        recordings there, this callable's policy and the call's inputs. Changes nothing."""
+        if tree.current is tree.warming_up:
             # A warmup's outputs are still held: no graph may run (GraphTree.warm_up).
-            if self.policy.admit_size(key) and self.policy.warm_up(key):
+            refusal = self.policy.size_refusal(key)
+            if refusal is None and self.policy.is_warmup(key):
+                return Decision(Action.WARM_UP, counted=True)
+            reason, level = refusal or (None, None)
+            return Decision(Action.WARM_UP, reason=reason, level=level)
+        if tree.current in self.policy.ungraphed_at:  # its inputs kept moving here ("skip")
+            return PLAIN
+        variants = tree.current.variants((self.id, key))
+        matching = [v for v in variants if v.recording.static_inputs_match(args)]
+        if matching:
+            # Recorded here for these addresses. When every recording reuses memory that is
+            # still referenced now, record one that does not, within the bound on variants;
+            # beyond it, evicting would let alternating liveness patterns record at every
+            # call, so the rest of the step runs un-graphed instead.
+            if len(variants) >= config.static_input_variants:
+                otherwise = Decision(
+                    Action.RUN_EAGERLY, leave=Leave.LIVE_MEMORY, candidates=(matching[0],)
+                )
+            else:
+                record = Decision(
+                    Action.RECORD, kind=RecordKind.LIVENESS, reason=messages.LIVENESS_VARIANT
+                )
+                otherwise = self._record_or_not(tree, key, args, record)
+            return Decision(Action.REPLAY, candidates=tuple(matching), otherwise=otherwise)
+        if variants:  # recorded here, but a static input has an address no recording has
+            return self._decide_variant(tree, variants, key, args)
+        refusal = self.policy.size_refusal(key)
+        if refusal is not None:
+            return Decision(Action.RUN_PLAIN, reason=refusal[0], level=refusal[1])
+        if self.policy.is_warmup(key):
+            return Decision(Action.WARM_UP, counted=True)
+        return self._record_or_not(tree, key, args, Decision(Action.RECORD, kind=RecordKind.FIRST))
+
+    def _decide_variant(
+        self, tree: GraphTree, variants: list[GraphNode], key: tuple[int, ...], args: list[Any]
+    ) -> Decision:
+        """Record for new addresses of the static inputs, keeping the other recordings.
+
+        Recordings whose state died (a cache made for one ``generate`` call and dropped with
+        it) can never replay: the new recording *replaces* them. When each of them replayed,
+        recording paid off and a replacement is not counted by the thrash guard; one that
+        never replayed is churn, counted as any re-record. Memory that moves under its tensor
+        (FSDP2) is copied by one recording that replaces the ones it covers, recorded again
+        once per place, so not on the guard's clock. A call that could not be recorded (it
+        writes tensors it was not passed before) is not counted."""
+        unsafe = self._unsafe_mutations(tree, args)
+        if unsafe:
+            words = self.input_names.describe(unsafe, shown=2)
+            return Decision(Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
+        dead = tuple(node for node in variants if node.recording.state_died())
+        if dead and all(node.replays for node in dead):
+            record = Decision(Action.RECORD, kind=RecordKind.STATE_DIED, replaces=dead)
+            return self._record_or_not(tree, key, args, record)
+        variants = [node for node in variants if node not in dead] or list(dead)
+        moved, replaced = variants[0].recording.changed_inputs(args)
+        moving = self._moving_inputs(tree, args)
+        if moving and not replaced and set(moved) <= set(moving):
+            covered = self._covered(tree, variants, args)
+            variants = [node for node in variants if node not in covered]
+            words = self.input_names.describe(moved, shown=2)
+            record = Decision(
+                Action.RECORD,
+                kind=RecordKind.MOVING_MEMORY,
+                reason=messages.moving_inputs_copied(words),
+                counted=True,
+                replaces=dead + tuple(node for node in covered if node not in dead),
+                evicts=variants[-1] if len(variants) >= config.static_input_variants else None,
+            )
+            return self._record_or_not(tree, key, args, record)
+        produced = tuple(i for i in moved if i not in self.static_inputs)  # by earlier graphs
+        policy = self.policy
+        reached = policy.managed_moves_reaching(
+            tree.current, list(produced), not self.mutated_inputs
+        )
+        if reached and policy.settings.managed_action == "skip":
+            words = self.input_names.describe(reached)
+            reason = messages.managed_inputs_skip(words, policy.settings.managed_limit)
+            return Decision(Action.RUN_PLAIN, reason=reason, replaces=dead, managed_moves=produced)
+        generation = tree.generations_started
+        if policy.rerecord_stops(generation):
+            # An address set seen before was recorded here and dropped since, by the bound
+            # (not state that died: new state at a freed state's addresses is new all the same).
+            state = [i for i in moved if i in self._may_be_state]
+            dropped = not dead and policy.seen_before(variants[0].recording.input_identity(args))
+            span = policy.rerecord_span(generation)
+            if dropped and not state:
+                reason = messages.fallback_for_evicted_rerecords(span, *policy.limits)
+            else:
+                holders = describe_holders(args[state[0]]) if state else None
+                reason = messages.fallback_for_moving_inputs(
+                    self.input_names.describe(moved + replaced, shown=2),
+                    holders,
+                    span,
+                    *policy.limits,
+                )
+            return Decision(
+                Action.FALL_BACK,
+                reason=reason,
+                replaces=dead,
+                managed_moves=produced,
+                counts_rerecord=True,
+            )
+        full = len(variants) >= config.static_input_variants and variants[-1] not in dead
+        record = Decision(
+            Action.RECORD,
+            kind=RecordKind.VARIANT,
+            reason=messages.rerecord(self.input_names.changed(moved, replaced)),
+            counted=True,
+            replaces=dead,
+            evicts=variants[-1] if full else None,
+            managed_moves=produced,
+            counts_rerecord=True,
+        )
+        copied_from_now = reached if policy.settings.managed_action == "copy" else []
+        return self._record_or_not(tree, key, args, record, copied_from_now)
+
+    def _record_or_not(
+        self,
+        tree: GraphTree,
+        key: tuple[int, ...],
+        args: list[Any],
+        record: Decision,
+        copied_from_now: Sequence[int] = (),
+    ) -> Decision:
+        """``record``, or what stops it, keeping what comes before it (``record``'s drops,
+        eviction and counts): a written input it would copy without writing back, the
+        backend's refusal, memory lent to another branch, the thrash guard (a recording that
+        went with an evicted variant, not counted yet), or a step that cannot end and has
+        grown too deep below this callable. ``copied_from_now``: inputs that another graph
+        produced, which ``record``'s managed moves make copied here."""
+        static = self._static_positions(tree, args, tree.current.path_blocks(), copied_from_now)
+        unsafe = [
+            i
+            for i in self.mutated_inputs
+            if isinstance(args[i], torch.Tensor) and i not in static and i not in self._new_twice
+        ]
+        if unsafe:
+            words = self.input_names.describe(unsafe, shown=2)
+            return replace(record, action=Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
+        refused = tree.backend.reason_not_to_capture(args)
+        if refused is not None:
+            return replace(record, action=Action.RUN_PLAIN, reason=refused)
+        if not tree.can_capture_here():
+            return replace(record, action=Action.RUN_EAGERLY, leave=Leave.LENT_MEMORY)
+        generation = tree.generations_started
+        if (
+            not record.counted
+            and tree.went_with_an_evicted_variant(self.id, key)
+            and self.policy.rerecord_stops(generation)
+        ):
+            span = self.policy.rerecord_span(generation)
+            reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
+            return replace(record, action=Action.FALL_BACK, reason=reason, admitted=True)
+        if tree.generation.pending_backward and self._records_below_itself(tree) >= (
+            config.pending_backward_records_limit
+        ):
+            return replace(
+                record, action=Action.RUN_EAGERLY, leave=Leave.PENDING_BACKWARD, admitted=True
+            )
+        return replace(record, admitted=True)
+
+    # -- carrying a decision out --------------------------------------------------------------
+
+    def _carry_out(
+        self, decision: Decision, tree: GraphTree, key: tuple[int, ...], args: list[Any]
+    ) -> Any:
+        if decision.action is Action.REPLAY:
+            for node in decision.candidates:  # the first whose reused memory is free now
+                if not node.reused_outputs or node.try_release_reused_memory(args):
+                    variants = tree.current.variants((self.id, key))
+                    if node is not variants[0]:  # addresses (or liveness) seen before came back
+                        tree.current.use_variant((self.id, key), node)
+                    outputs = node.recording.replay(args)
+                    tree.replayed(node)
+                    return outputs
+            decision = decision.otherwise
+        self._before(decision, tree, key)
+        action = decision.action
+        if action is Action.RECORD:
+            return self._record(tree, key, args, decision)
+        if action is Action.WARM_UP:
+            if decision.counted:
                 stats.counters["warmups"] += 1
                 with self.policy.warming_up(key):
                     return self._run_eagerly(tree, args, warmup=True)
@@ -280,33 +487,53 @@ class GraphedCallable:
                 reason = messages.WARMUP_OUTPUTS_HELD
                 stats.record_event(stats.EventKind.PENDING_BACKWARD, reason, self.name, self.source)
             return self._run_eagerly(tree, args, warmup=True)
-        if tree.current in self.policy.ungraphed_at:  # its inputs kept moving here ("skip")
-            return self.fn(args)
-        variants = tree.current.variants((self.id, key))
-        matching = [v for v in variants if v.recording.static_inputs_match(args)]
-        for node in matching:  # the first whose reused memory is free now
-            if not node.reused_outputs or node.try_release_reused_memory(args):
-                if node is not variants[0]:  # addresses (or liveness) seen before came back
-                    tree.current.use_variant((self.id, key), node)
-                return self._replay_variant(tree, node, args)
-        if matching:
-            # Recorded here for these addresses, but every recording reuses memory that is
-            # still referenced now. Record one that does not, within the bound on variants;
-            # beyond it, evicting would let alternating liveness patterns record at every
-            # call, so the rest of the step runs un-graphed instead.
-            if len(variants) >= config.static_input_variants:
-                tree.leave_after_liveness_failure(matching[0])
-                return self._run_eagerly(tree, args)
-            return self._record(tree, key, args, rerecord_reason=messages.LIVENESS_VARIANT)
-        if variants:  # recorded here, but a static input has an address no recording has
-            return self._record_variant(tree, variants, key, args)
-        if not self.policy.admit_size(key):
-            return self.fn(args)
-        if self.policy.warm_up(key):
-            stats.counters["warmups"] += 1
-            with self.policy.warming_up(key):
-                return self._run_eagerly(tree, args, warmup=True)
-        return self._record(tree, key, args)
+        if action is Action.RUN_EAGERLY:
+            return self._run_eagerly(tree, args)
+        if action is Action.FALL_BACK:
+            return self._fall_back(decision.reason, args)
+        if decision.reason is not None:  # RUN_PLAIN: a skip, said once
+            self.policy.skip(decision.reason, level=decision.level)
+        return self.fn(args)
+
+    def _before(self, decision: Decision, tree: GraphTree, key: tuple[int, ...]) -> None:
+        """What comes before the decision's action, in the order it was decided: sizes and
+        warmups counted, recordings replaced or evicted, the thrash guard's counts, the
+        generation leaving the tree."""
+        policy = self.policy
+        if decision.action is Action.WARM_UP or decision.kind is RecordKind.FIRST:
+            # The size admitted (or its refusal said, or one size too many warned of) and the
+            # warmup counted, as ``decide`` found them.
+            if policy.admit_size(key):
+                policy.warm_up(key)
+        for node in decision.replaces:
+            tree.drop_node(node)
+        if decision.kind is RecordKind.STATE_DIED:
+            stats.counters["replacements"] += 1
+        if decision.kind is RecordKind.MOVING_MEMORY:
+            policy.note_replacing_record()
+        if decision.managed_moves:
+            copyable = not self.mutated_inputs
+            reached = policy.note_managed_moves(
+                tree.current, list(decision.managed_moves), copyable
+            )
+            if reached and policy.settings.managed_action == "copy":
+                words = self.input_names.describe(reached)
+                log.info(messages.managed_inputs_copied(words, policy.settings.managed_limit))
+        if decision.counts_rerecord:
+            policy.note_rerecord(tree.generations_started)
+        if decision.evicts is not None:
+            tree.evict_variant(decision.evicts)
+        if decision.leave is Leave.LIVE_MEMORY:
+            tree.leave_after_liveness_failure(decision.candidates[0])
+        elif decision.leave is Leave.LENT_MEMORY:
+            tree.refuse_capture_here()
+        if decision.admitted:
+            if tree.take_evicted(self.id, key) and not decision.counted:
+                policy.note_rerecord(tree.generations_started)
+            if tree.generation.pending_backward and decision.action is not Action.FALL_BACK:
+                self._say_records_below_itself(tree)
+        if decision.leave is Leave.PENDING_BACKWARD:
+            tree.leave_for_this_generation()
 
     def _run_eagerly(self, tree: GraphTree, args: list[Any], warmup: bool = False) -> Any:
         """Run un-graphed inside the tree's generation (a ``warmup``, in the pool where the
@@ -335,96 +562,25 @@ class GraphedCallable:
         tree.generation.note_eager(self.identity, outputs, input_ids)
         return outputs
 
-    def _may_record_below_itself(self, tree: GraphTree) -> bool:
-        """A step that cannot end (a backward may still read what its forwards left) records
-        every call below the last (Note [A backward that can no longer run]). Said once this
-        callable is on the path ``RECORDS_BELOW_ITSELF`` times, as upstream warns; refused
-        from ``config.pending_backward_records_limit`` on, so that the tree stops growing
-        (the rest of the step runs un-graphed)."""
-        on_path = sum(node.callable_id == self.id for node in tree.current.path_from_root())
-        limit = config.pending_backward_records_limit
+    def _records_below_itself(self, tree: GraphTree) -> int:
+        """How many times this callable is on the path already: a step that cannot end (a
+        backward may still read what its forwards left) records every call below the last
+        (Note [A backward that can no longer run]); from
+        ``config.pending_backward_records_limit`` on, the tree stops growing (the rest of the
+        step runs un-graphed)."""
+        return sum(node.callable_id == self.id for node in tree.current.path_from_root())
+
+    def _say_records_below_itself(self, tree: GraphTree) -> None:
+        """Said once this callable is on the path ``RECORDS_BELOW_ITSELF`` times, as upstream
+        warns, and when the limit stops the tree growing."""
+        on_path, limit = self._records_below_itself(tree), config.pending_backward_records_limit
         if on_path < min(RECORDS_BELOW_ITSELF, limit):
-            return True
+            return
         stopped = on_path >= limit
         message = messages.recorded_below_itself(
             limit if stopped else RECORDS_BELOW_ITSELF, stopped
         )
         stats.record_event(stats.EventKind.PENDING_BACKWARD, message, self.name, self.source)
-        return not stopped
-
-    def _replay_variant(self, tree: GraphTree, node: GraphNode, args: list[Any]) -> Any:
-        """Replay a recording whose reused memory was released for it (the fast path's
-        work, for a recording that is not the one used last here)."""
-        outputs = node.recording.replay(args)
-        tree.current = node
-        tree.generation.replayed_nodes.append(node)
-        node.replays += 1
-        stats.counters["replays"] += 1
-        return outputs
-
-    def _record_variant(
-        self, tree: GraphTree, variants: list[GraphNode], key: tuple[int, ...], args: list[Any]
-    ) -> Any:
-        """Record for new addresses of the static inputs, keeping the other recordings.
-
-        Recordings whose state died (a cache made for one ``generate`` call and dropped with
-        it) can never replay: they are dropped now, and the new recording *replaces* them.
-        When each of them replayed, recording paid off and a replacement is not counted by the
-        thrash guard; one that never replayed is churn, counted as any re-record. A call that
-        could not be recorded (it writes tensors it was not passed before) is not counted."""
-        unsafe = self._unsafe_mutations(tree, args)
-        if unsafe:
-            self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe, shown=2)))
-            return self.fn(args)
-        dead = [node for node in variants if node.recording.state_died()]
-        for node in dead:
-            tree.drop_node(node)
-        if dead and all(node.replays for node in dead):
-            stats.counters["replacements"] += 1
-            return self._record(tree, key, args)
-        variants = [node for node in variants if node not in dead] or dead
-        recording = variants[0].recording
-        moved, replaced = recording.changed_inputs(args)
-        moving = self._moving_inputs(tree, args)
-        if moving and not replaced and set(moved) <= set(moving):
-            # Memory that moves under its tensor (FSDP2): one recording that copies it
-            # replaces the ones it covers, and replays wherever the memory goes next.
-            # Recorded again once per place, so not the thrash guard's to count.
-            variants = self._drop_covered(tree, variants, args)
-            if len(variants) >= config.static_input_variants:
-                tree.evict_variant(variants[-1])  # the least recently used
-            reason = messages.moving_inputs_copied(self.input_names.describe(moved, shown=2))
-            self.policy.note_replacing_record()
-            return self._record(tree, key, args, counted=True, rerecord_reason=reason)
-        produced = [i for i in moved if i not in self.static_inputs]  # by earlier graphs
-        reached = self.policy.note_managed_moves(tree.current, produced, not self.mutated_inputs)
-        if reached:
-            limit, words = self.policy.settings.managed_limit, self.input_names.describe(reached)
-            if self.policy.settings.managed_action == "skip":
-                self.policy.skip(messages.managed_inputs_skip(words, limit))
-                return self.fn(args)
-            log.info(messages.managed_inputs_copied(words, limit))
-        # An address set seen before was recorded here and dropped since, by the bound (not
-        # state that died: new state at a freed state's addresses is new all the same).
-        state = [i for i in moved if i in self._may_be_state]
-        dropped = not dead and self.policy.seen_before(recording.input_identity(args))
-        if self.policy.note_rerecord(tree.generations_started):
-            span = self.policy.rerecord_span()
-            if dropped and not state:
-                reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
-            else:
-                holders = describe_holders(args[state[0]]) if state else None
-                reason = messages.fallback_for_moving_inputs(
-                    self.input_names.describe(moved + replaced, shown=2),
-                    holders,
-                    span,
-                    *self.policy.limits,
-                )
-            return self._fall_back(reason, args)
-        if len(variants) >= config.static_input_variants and variants[-1] not in dead:
-            tree.evict_variant(variants[-1])  # the least recently used
-        reason = messages.rerecord(self.input_names.changed(moved, replaced))
-        return self._record(tree, key, args, counted=True, rerecord_reason=reason)
 
     def _fall_back(self, reason: str, args: list[Any]) -> Any:
         """Run un-graphed from now on (the thrash guard); the tree drops this callable's
@@ -437,12 +593,17 @@ class GraphedCallable:
         return self.fn(args)
 
     def _static_positions(
-        self, tree: GraphTree, args: list[Any], path_blocks: Mapping[int, Any]
+        self,
+        tree: GraphTree,
+        args: list[Any],
+        path_blocks: Mapping[int, Any],
+        copied_from_now: Sequence[int] = (),
     ) -> list[int]:
         """The tensor inputs a recording here takes where they lie: parameters and buffers
         (unless their memory moves under them), outputs of earlier graphs on the path (unless
-        they moved too often here), state kept or passed again."""
-        copied_here = self.policy.copied_at.get(tree.current, ())  # moved too often here
+        they moved too often here, or do with this call: ``copied_from_now``), state kept or
+        passed again."""
+        copied_here = {*self.policy.copied_at.get(tree.current, ()), *copied_from_now}
         moving = self._moving_inputs(tree, args)
         return [
             i
@@ -462,20 +623,13 @@ class GraphedCallable:
         moving = tree.moving_storages
         return [i for i in self._read_only_static if moving.moved(args[i])]
 
-    def _drop_covered(
+    def _covered(
         self, tree: GraphTree, variants: list[GraphNode], args: list[Any]
     ) -> list[GraphNode]:
-        """Drop the variants that a recording of ``args`` made now would replace: each call
-        they can replay, it can (its static inputs are theirs, at the same addresses).
-        Returns the others."""
+        """The variants that a recording of ``args`` made now would replace: each call they
+        can replay, it can (its static inputs are theirs, at the same addresses)."""
         static = self._static_positions(tree, args, tree.current.path_blocks())
-        kept = []
-        for node in variants:
-            if node.recording.matches_at(args, static):
-                tree.drop_node(node)
-            else:
-                kept.append(node)
-        return kept
+        return [node for node in variants if node.recording.matches_at(args, static)]
 
     def _unsafe_mutations(self, tree: GraphTree, args: list[Any]) -> list[int]:
         """The written inputs a recording here would copy without writing them back (a
@@ -490,50 +644,20 @@ class GraphedCallable:
         ]
 
     def _record(
-        self,
-        tree: GraphTree,
-        key: tuple[int, ...],
-        args: list[Any],
-        counted: bool = False,
-        rerecord_reason: str | None = None,
+        self, tree: GraphTree, key: tuple[int, ...], args: list[Any], decision: Decision
     ) -> Any:
-        """Capture a new node below the current one. ``counted``: the thrash guard has
-        counted this recording as a re-record already (``_record_variant``); otherwise it
-        counts it here if it went with a dropped variant before it (``tree.take_evicted``).
-        ``rerecord_reason``: this callable was recorded here before, and why it is again;
-        counted and said only once the capture is admitted (a refused one records nothing)."""
+        """Capture a new node below the current one (``decision``: admitted here). A
+        re-record's reason is counted and said once the capture is made."""
         path_blocks = tree.current.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
         static = self._static_positions(tree, args, path_blocks)
         copied = sorted(set(tensor_inputs) - set(static))
         # Written inputs that are new at every call are copied in and back at each replay
-        # (``Recording``'s written-back inputs); any other written input that is not taken
-        # where it lies cannot be recorded.
+        # (``Recording``'s written-back inputs); no other written input is copied (``decide``).
         written_back = [i for i in self.mutated_inputs if i in copied and i in self._new_twice]
         copied = [i for i in copied if i not in written_back]
-        unsafe = [i for i in self.mutated_inputs if i in copied]
-        if unsafe:
-            self.policy.skip(messages.unsafe_mutation(self.input_names.describe(unsafe, shown=2)))
-            return self.fn(args)
-        refused = tree.backend.reason_not_to_capture(args)
-        if refused is not None:
-            self.policy.skip(refused)
-            return self.fn(args)
-        if not tree.admit_capture_here():
-            return self._run_eagerly(tree, args)
-        if (
-            tree.take_evicted(self.id, key)
-            and not counted
-            and self.policy.note_rerecord(tree.generations_started)
-        ):
-            span = self.policy.rerecord_span()
-            reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
-            return self._fall_back(reason, args)
-
-        if tree.generation.pending_backward and not self._may_record_below_itself(tree):
-            tree.leave_for_this_generation()
-            return self._run_eagerly(tree, args)
+        rerecord_reason = decision.reason
         static_inputs = [StaticInput.of(args, i) for i in static]
         state_inputs = [
             args[i]
@@ -597,8 +721,7 @@ class GraphedCallable:
             for i, caller in callers_written.items():
                 caller.copy_(written_buffers[i])
         del callers_written, written_buffers
-        tree.enter(node)
-        tree.generation.replayed_nodes.append(node)
+        tree.recorded(node)
         return outputs
 
     def _capture_failed(self, tree: GraphTree, error: Exception, args: list[Any]) -> Any:

@@ -259,34 +259,44 @@ class RecordingPolicy:
 
     # -- sizes --------------------------------------------------------------------------------
 
-    def admit_size(self, key: tuple[int, ...]) -> bool:
-        """Whether a call with sizes ``key`` may be graphed (a size seen before always is)."""
+    def size_refusal(self, key: tuple[int, ...]) -> tuple[str, int | None] | None:
+        """Why a call with sizes ``key`` may not be graphed, and the log level to say it at
+        (None: the skip's own), or None where it may (a size seen before always may)."""
         settings = self.settings
         if settings.capture_sizes is not None and upstream_key(key) not in settings.capture_sizes:
             # Upstream is silent here: counted, logged at debug level only.
-            reason = messages.not_a_capture_size(settings.capture_sizes)
-            self.skip(reason, level=logging.DEBUG)
-            return False
+            return messages.not_a_capture_size(settings.capture_sizes), logging.DEBUG
         if key in self.warmups_done:
-            return True
-        seen = self.sizes_seen
-        if settings.size_limit is not None and seen >= settings.size_limit:
+            return None
+        if settings.size_limit is not None and self.sizes_seen >= settings.size_limit:
             if settings.size_limit_upstream:
-                reason = messages.dynamic_shape_rerecord_limit(settings.size_limit)
-            else:
-                reason = messages.too_many_sizes_skipped(settings.size_limit)
-            self.skip(reason)
+                return messages.dynamic_shape_rerecord_limit(settings.size_limit), None
+            return messages.too_many_sizes_skipped(settings.size_limit), None
+        return None
+
+    def admit_size(self, key: tuple[int, ...]) -> bool:
+        """``size_refusal``, said where there is one; a warning when this new size is one too
+        many (``warn_limit``). Whether the call may be graphed."""
+        refusal = self.size_refusal(key)
+        if refusal is not None:
+            self.skip(*refusal)
             return False
-        if settings.warn_limit is not None and seen == settings.warn_limit:
+        seen, warn_limit = self.sizes_seen, self.settings.warn_limit
+        if key not in self.warmups_done and warn_limit is not None and seen == warn_limit:
             log.warning(messages.MANY_SIZES, self.name, seen)
         return True
 
+    def is_warmup(self, key: tuple[int, ...]) -> bool:
+        """Whether a call for sizes ``key`` now would be a warmup rather than a record."""
+        done = self.warmups_done.get(key, 0)
+        return done < self.settings.warmup_runs or self.settings.always_warm_up
+
     def warm_up(self, key: tuple[int, ...]) -> bool:
-        """Whether this call for sizes ``key`` is a warmup (counted) rather than a record."""
-        done = self.warmups_done.setdefault(key, 0)
-        if done >= self.settings.warmup_runs and not self.settings.always_warm_up:
+        """Whether this call for sizes ``key`` is a warmup, counted if so (``is_warmup``)."""
+        if not self.is_warmup(key):
+            self.warmups_done.setdefault(key, 0)
             return False
-        self.warmups_done[key] = done + 1
+        self.warmups_done[key] = self.warmups_done.get(key, 0) + 1
         return True
 
     @contextlib.contextmanager
@@ -326,17 +336,22 @@ class RecordingPolicy:
     def note_recorded(self, address_set: tuple[int, ...]) -> None:
         self.address_sets_seen.add(address_set)
 
+    def rerecord_stops(self, generation: int) -> bool:
+        """Whether one more re-record at ``generation`` would be too many (``note_rerecord``)."""
+        limit, window = self.settings.rerecord_limit, self.settings.rerecord_window
+        recent = [*self.recent_rerecords, generation][-(limit + 1) :]
+        return len(recent) > limit and (window is None or recent[-1] - recent[0] < window)
+
     def note_rerecord(self, generation: int) -> bool:
         """Count one re-record at ``generation``; True when it makes too many (the callable
         must stop recording; this one is then not counted in ``rerecords``)."""
+        stops = self.rerecord_stops(generation)
         recent = self.recent_rerecords
         recent.append(generation)
-        limit, window = self.settings.rerecord_limit, self.settings.rerecord_window
-        del recent[: -(limit + 1)]
-        if len(recent) > limit and (window is None or recent[-1] - recent[0] < window):
-            return True
-        self.rerecords += 1
-        return False
+        del recent[: -(self.settings.rerecord_limit + 1)]
+        if not stops:
+            self.rerecords += 1
+        return stops
 
     def note_replacing_record(self) -> None:
         """Count a record again that replaces every recording it is made for (it copies the
@@ -349,26 +364,35 @@ class RecordingPolicy:
         produced; the inputs that reach ``managed_limit`` with it. With the "copy" action
         (and ``copyable``: the callable mutates no input) those are copied from now on
         (``copied_at``); with "skip", the callable runs un-graphed there (``ungraphed_at``)."""
-        settings = self.settings
-        if not settings.managed_limit or not moved:
-            return []
-        copy = settings.managed_action == "copy"
-        if copy and not copyable:
-            return []
+        reached = self.managed_moves_reaching(place, moved, copyable)
+        if not self.settings.managed_limit or not moved:
+            return reached
+        if self.settings.managed_action == "copy" and not copyable:
+            return reached
         counts = self.managed_moves.setdefault(place, {})
         copied = self.copied_at.get(place, frozenset())
-        reached = []
         for i in moved:
-            if i in copied:
-                continue
-            counts[i] = counts.get(i, 0) + 1
-            if counts[i] >= settings.managed_limit:
-                reached.append(i)
-        if reached and copy:
+            if i not in copied:
+                counts[i] = counts.get(i, 0) + 1
+        if reached and self.settings.managed_action == "copy":
             self.copied_at[place] = copied | frozenset(reached)
         elif reached:
             self.ungraphed_at.add(place)
         return reached
+
+    def managed_moves_reaching(self, place: Any, moved: list[int], copyable: bool) -> list[int]:
+        """The inputs of ``moved`` that one more move at ``place`` brings to ``managed_limit``
+        (``note_managed_moves`` counts it)."""
+        settings = self.settings
+        if not settings.managed_limit or not moved:
+            return []
+        if settings.managed_action == "copy" and not copyable:
+            return []
+        counts = self.managed_moves.get(place, {})
+        copied = self.copied_at.get(place, frozenset())
+        return [
+            i for i in moved if i not in copied and counts.get(i, 0) + 1 >= settings.managed_limit
+        ]
 
     @property
     def limits(self) -> tuple[int, str]:
@@ -383,9 +407,13 @@ class RecordingPolicy:
             )
         return settings.rerecord_limit, words
 
-    def rerecord_span(self) -> int:
-        """Generations from the oldest counted re-record to the latest, both included."""
-        return self.recent_rerecords[-1] - self.recent_rerecords[0] + 1
+    def rerecord_span(self, generation: int | None = None) -> int:
+        """Generations from the oldest counted re-record to the latest, both included; with
+        ``generation``, as they would be with one more re-record then (``rerecord_stops``)."""
+        recent = self.recent_rerecords
+        if generation is not None:
+            recent = [*recent, generation][-(self.settings.rerecord_limit + 1) :]
+        return recent[-1] - recent[0] + 1
 
     def stop(self, reason: str) -> None:
         """Un-graphed for good (the thrash guard, a capture the device refused)."""

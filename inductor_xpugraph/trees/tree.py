@@ -420,18 +420,38 @@ class GraphTree:
         OwnedOutputs().adopt(node, self.pool)
         self.next_memory = OwnedOutputs()
 
-    def admit_capture_here(self) -> bool:
-        """Admit the capture of a child of the current node, or refuse it (see ``memory``).
+    def can_capture_here(self) -> bool:
+        """Whether a capture of a child of the current node may be placed (see ``memory``)."""
+        return self.memory.can_capture_below(self.current)
 
-        A refusal is not only an answer: it takes the rest of this generation off the tree
-        (it runs un-graphed), and the tree records again from the next one without lending.
-        """
-        if self.memory.can_capture_below(self.current):
-            return True
+    def refuse_capture_here(self) -> None:
+        """A capture here could land in memory lent to another branch: the rest of this
+        generation runs un-graphed, and the tree records again from the next one without
+        lending."""
         log.warning(messages.LENT_MEMORY_CONFLICT, self.device, self.current.name)
         self.next_memory = OwnedOutputs(lending=False)
         self.current = self.off_tree
+
+    def admit_capture_here(self) -> bool:
+        """``can_capture_here``, or ``refuse_capture_here`` and False."""
+        if self.can_capture_here():
+            return True
+        self.refuse_capture_here()
         return False
+
+    def replayed(self, node: GraphNode) -> None:
+        """``node`` replayed: the path goes on from it. (The fast path in ``graphed_callable``
+        does the same, inlined.)"""
+        self.current = node
+        self.generation.replayed_nodes.append(node)
+        node.replays += 1
+        stats.counters["replays"] += 1
+
+    def recorded(self, node: GraphNode) -> None:
+        """``node`` was just recorded, and replayed once to compute its call's result: the
+        path goes on from it, unless the tree starts over from the next generation."""
+        self.enter(node)
+        self.generation.replayed_nodes.append(node)
 
     def enter(self, node: GraphNode) -> None:
         """Make the node just run the current one (the end of the path so far)."""
@@ -445,6 +465,11 @@ class GraphTree:
         (``GraphedCallable._record_variant``)."""
         self.evicted.update((n.callable_id, n.sizes) for n in node.subtree()[1:])
         self.drop_node(node)
+
+    def went_with_an_evicted_variant(self, callable_id: int, sizes: tuple[int, ...]) -> bool:
+        """Whether a recording of this callable for these sizes went with an evicted variant
+        and is not recorded again yet (``take_evicted`` counts it recorded)."""
+        return bool(self.evicted[callable_id, sizes])
 
     def take_evicted(self, callable_id: int, sizes: tuple[int, ...]) -> bool:
         """Whether a recording of this callable for these sizes went with an evicted variant

@@ -120,7 +120,7 @@ class GraphedCallable:
         )
         # Static inputs Inductor's kernels take as aligned without checking them at each call
         # (``codegen.eligibility.assumed_aligned_inputs``): a replay meets them where its
-        # recording checked them; every other call checks them (``_slow_path``).
+        # recording checked them; every other call checks them (``_observe``).
         self.aligned_inputs = tuple(aligned_inputs)
         # What the static, mutated and object inputs are (placeholder and first use), by
         # position, for the messages about them; codegen provides them.

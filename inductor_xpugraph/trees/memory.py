@@ -40,7 +40,7 @@ caller's references to consumed arguments, then checks that nothing references t
 outputs. If something does (the caller kept the logits this time), its replay would
 overwrite them: the callable records a variant that does not reuse them, or, past the bound
 on variants, the rest of the generation runs un-graphed
-(``GraphedCallable._slow_path``).
+(``GraphedCallable.decide``).
 
 The lender no longer owns that memory. Under checkpointing a later capture below it restores
 its checkpoint, which re-allocates the memory, so nothing more is needed. With owned outputs

@@ -462,7 +462,7 @@ class GraphTree:
         (``config.static_input_variants``), noting the recordings below it that go with
         it: recording one of those again counts toward the thrash guard (``take_evicted``).
         The variant itself is its callable's to count, when its address set comes back
-        (``GraphedCallable._record_variant``)."""
+        (``GraphedCallable._decide_variant``)."""
         self.evicted.update((n.callable_id, n.sizes) for n in node.subtree()[1:])
         self.drop_node(node)
 

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from ..codegen import disable, enable, enabled_devices
 from ..trees import forget_trees
 from ..trees.backends.capture_streams import forget_capture_streams
-from ..trees.backends.stand_ins import StandIn, standing_in
+from ..trees.backends.devices import Device, standing_in
 from .backend import AcceleratorRulesBackend, XpuRulesBackend, use_device
 from .releases import CPU_STAND_INS, RELEASES, Release, refused_ops, release_of
 from .submission import SubmitToCurrentQueue
@@ -79,10 +79,15 @@ def on_cpu(
     device = StandInXpu(rules, recording, data_center_max=data_center_max)
     backend = AcceleratorRulesBackend if graph_api == "accelerator" else XpuRulesBackend
     stands_for = {cpu: xpu for xpu, cpu in CPU_STAND_INS.items()}
-    record = StandIn(backend, device.refused_ops, stands_for)
+    record = Device(
+        "cpu",
+        lambda: backend,
+        unrecordable_ops=device.refused_ops,
+        stands_for=stands_for,
+    )
     was_enabled = "cpu" in enabled_devices()
     forget_trees("cpu")
-    with standing_in("cpu", record):
+    with standing_in(record):
         use_device(device)
         enable("cpu")
         try:

@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping
 
 from ..trees.backends import unrecordable_ops
-from ..trees.backends.unrecordable_ops import torch_release
+from ..trees.backends.devices import torch_release
 from ..trees.backends.xpu_recording import (
     FIRST_NATIVE_RELEASE,
     NATIVE,
@@ -33,6 +33,7 @@ from ..trees.backends.xpu_recording import (
     recording_mode,
     why_recording_mode,
 )
+from ..trees.backends.xpu_unrecordable_ops import no_library
 
 #: The xpu operator each CPU operator stands for on the stand-in, where the names differ:
 #: the CPU's attention forward stands for oneDNN's (the kernel xpu picks when no input needs
@@ -85,7 +86,7 @@ def refused_ops(release: Release, recording: str) -> dict[str, str]:
     xpu do-not-capture list (``unrecordable_ops``), the one record of what each refuses, for a
     runtime known by its release alone (no oneCCL version)."""
     listed = unrecordable_ops.listed_ops(
-        "xpu", release.number, recording, library_version=unrecordable_ops.no_library
+        "xpu", release.number, recording, library_version=no_library
     )
     return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
 

@@ -7,6 +7,7 @@ a scripted backend over it that fails the way a device does; a few run the child
 start-up (importing torch and this package) takes seconds.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -24,10 +25,10 @@ from inductor_xpugraph.trees.backends import (
     backend_class,
     capture_streams,
     device_graphs,
-    unrecordable_ops,
 )
 from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
-from inductor_xpugraph.trees.backends.unrecordable_ops import ONEMKL_OPS
+from inductor_xpugraph.trees.backends.devices import DEVICES
+from inductor_xpugraph.trees.backends.xpu_unrecordable_ops import ONEMKL_OPS
 
 # What SYCL Graph says when a capture meets fused attention (intel/torch-xpu-ops#3142).
 REFUSAL = (
@@ -110,7 +111,8 @@ def listed(monkeypatch):
     """``listed(op, ...)``: the emulator's do-not-capture list is these operators."""
 
     def set_list(*ops):
-        monkeypatch.setitem(unrecordable_ops.UNRECORDABLE_OPS, "cpu", dict.fromkeys(ops, "why"))
+        cpu = dataclasses.replace(DEVICES["cpu"], unrecordable_ops=dict.fromkeys(ops, "why"))
+        monkeypatch.setitem(DEVICES, "cpu", cpu)
 
     return set_list
 

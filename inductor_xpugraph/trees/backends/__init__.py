@@ -8,61 +8,20 @@
   has ``torch.accelerator.Graph``: ``accelerator_graphs``, whose graphs work where the
   backend registers a graph implementation.
 
-Anything standing in for a device type (``stand_ins``) answers for it instead.
+Each device's record (``devices``) says which; anything standing in for a device type
+answers for it instead.
 """
 
 from __future__ import annotations
 
-import torch
-
-from ... import config
 from .base import Graph, GraphBackend
-from .stand_ins import stand_in
+from .devices import device
 
 
 def backend_class(device_type: str) -> type[GraphBackend]:
-    """The backend of ``device_type``, or of what stands in for it (``stand_ins``); reads
-    ``config.xpu_graph_api`` for "xpu"."""
-    playing = stand_in(device_type)
-    if playing is not None:
-        return playing.backend
-    if device_type == "xpu":
-        return _xpu_backend_class()
-    if device_type == "cuda":
-        from .cuda import CudaGraphBackend
-
-        return CudaGraphBackend
-    if device_type == "cpu":
-        from .cpu_emulation import CpuEmulationBackend
-
-        return CpuEmulationBackend
-    from .accelerator_graphs import accelerator_backend_class, has_accelerator_graph
-
-    if device_type == torch._C._get_privateuse1_backend_name() and has_accelerator_graph():
-        return accelerator_backend_class(device_type)
-    lacking = "" if has_accelerator_graph() else f", which torch {torch.__version__} has not"
-    raise ValueError(
-        f"inductor_xpugraph has no graph backend for device type {device_type!r} "
-        f"(supported: 'xpu', 'cuda', 'cpu' emulation, and the PrivateUse1 backend "
-        f"{torch._C._get_privateuse1_backend_name()!r} where torch has "
-        f"torch.accelerator.Graph{lacking})"
-    )
-
-
-def _xpu_backend_class() -> type[GraphBackend]:
-    if config.xpu_graph_api == "accelerator":
-        from .accelerator_graphs import accelerator_backend_class, has_accelerator_graph
-
-        if not has_accelerator_graph():
-            raise RuntimeError(
-                f"inductor_xpugraph.config.xpu_graph_api='accelerator' needs "
-                f"torch.accelerator.Graph (torch >= 2.13); this torch {torch.__version__} has "
-                f"none: set it to 'xpu' (torch.xpu.XPUGraph)"
-            )
-        return accelerator_backend_class("xpu")
-    from .xpu import XpuGraphBackend
-
-    return XpuGraphBackend
+    """The backend of ``device_type``, or of what stands in for it (``devices.device``);
+    reads ``config.xpu_graph_api`` for "xpu"."""
+    return device(device_type).backend()
 
 
 __all__ = ["Graph", "GraphBackend", "backend_class"]

@@ -19,7 +19,7 @@ graph API, and what is done about it:
 - There is no pool-handle function: a pool is named by the graph that made it. The pool's
   keeper, an empty graph captured first, makes it, and its ``pool()`` is the handle every
   later graph of the tree shares (``new_pool``). Where the device has a handle function of its
-  own, the empty captures that need a fresh pool use it (``POOL_CALLS``).
+  own, the empty captures that need a fresh pool use it (``devices.Device.pool_calls``).
 - Its context manager synchronizes the device and empties the caches on entry: never used.
 - Streams are ``torch.Stream`` objects, made current with ``torch.accelerator.set_stream``;
   whether the current stream captures is its ``is_capturing()``.
@@ -30,9 +30,9 @@ graph API, and what is done about it:
 Note [Pool routing after a failed capture]: a graph's ``capture_begin`` makes the device's
 allocator route the capture's allocations into the pool; when ``capture_begin`` or
 ``capture_end`` raises part-way, ``DeviceGraphBackend._undo_pool_routing`` stops that with two
-allocator calls that only the device's own torch module has. ``POOL_CALLS`` names them per
-device type, in one place. A device with none (every PrivateUse1 backend, until one is added
-there): nothing can tell whether its allocator still routes into the pool after a failed
+allocator calls that only the device's own torch module has. The device's record names them
+(``devices.Device.pool_calls``). A device with none (every PrivateUse1 backend, until its
+record is added): nothing can tell whether its allocator still routes into the pool after a failed
 capture, nor stop it. Its graph implementation may have cleaned up; if it did not, this
 thread's later allocations may keep going to the pool, and the pool's memory is not given
 back before the process ends. That is logged, once per device, when it happens.
@@ -47,41 +47,16 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from ..messages import GENERATOR_NOT_REGISTERED
 from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend, DevicePool
+from .devices import device
 
 log = logging.getLogger("inductor_xpugraph")
-
-
-class PoolCalls(NamedTuple):
-    """A device's own pool calls, as paths under ``torch``; None where it has none."""
-
-    #: ``() -> pool id``: a new pool for a graph that needs one of its own.
-    graph_pool_handle: str | None
-    #: ``(device index, pool id)``: stop routing allocations into the pool; RuntimeError when
-    #: the allocator does not route into it.
-    end_allocate_to_pool: str | None
-    #: ``(device index, pool id)``: give back a capture's hold on the pool.
-    release_pool: str | None
-    #: ``(device index, pool id)``: route this thread's allocations into the pool (warmups).
-    begin_allocate_to_pool: str | None = None
-
-
-# Note [Pool routing after a failed capture].
-POOL_CALLS: dict[str, PoolCalls] = {
-    "xpu": PoolCalls(
-        graph_pool_handle="xpu.graph_pool_handle",
-        end_allocate_to_pool="_C._xpu_endAllocateToPool",
-        release_pool="_C._xpu_releasePool",
-        begin_allocate_to_pool="_C._xpu_beginAllocateCurrentThreadToPool",
-    ),
-}
-NO_POOL_CALLS = PoolCalls(None, None, None)
 
 
 def has_accelerator_graph() -> bool:
@@ -193,7 +168,7 @@ class AcceleratorGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     )
 
     def __init__(self, device_index: int) -> None:
-        calls = POOL_CALLS.get(self.device_type, NO_POOL_CALLS)
+        calls = device(self.device_type).pool_calls
         handle = _in_torch(calls.graph_pool_handle)
         self.device_module = AcceleratorModule(self.device_type, handle)
         end_routing = _in_torch(calls.end_allocate_to_pool)
@@ -236,16 +211,17 @@ _warned_cannot_undo_routing: set[str] = set()
 
 @functools.cache
 def accelerator_backend_class(device_type: str) -> type[AcceleratorGraphBackend]:
-    """The ``AcceleratorGraphBackend`` of ``device_type`` (one class per device type)."""
+    """The ``AcceleratorGraphBackend`` of ``device_type`` (one class per device type), with
+    its allocator's behaviour from the device's record (``device_graphs`` says why each
+    matters)."""
+    facts = device(device_type)
     return type(
         f"AcceleratorGraphBackend[{device_type}]",
         (AcceleratorGraphBackend,),
         {
             "device_type": device_type,
             "__module__": __name__,
-            # the same caching allocator as XpuGraphBackend's (DeviceGraphBackend says why)
-            "empty_cache_after_pool_drop": device_type == "xpu",
-            # and the same graph implementation (XPUGraphImpl)
-            "failure_leaves_host_routing": device_type == "xpu",
+            "empty_cache_after_pool_drop": facts.empty_cache_after_pool_drop,
+            "failure_leaves_host_routing": facts.failure_leaves_host_routing,
         },
     )

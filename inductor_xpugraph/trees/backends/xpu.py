@@ -15,11 +15,7 @@ import torch
 
 from .allocator_checkpoints import AllocatorCheckpoints
 from .device_graphs import DeviceGraphBackend
-from .unrecordable_ops import torch_release
-
-#: From torch 2.13, ``XPUGraph::capture_begin`` routes the host (pinned memory) allocator into
-#: the pool too (Note [Recovering from a failed capture]).
-XPU_GRAPH_ROUTES_HOST_ALLOCATOR = torch_release() >= (2, 13)
+from .devices import DEVICES
 
 
 class XpuGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
@@ -28,8 +24,8 @@ class XpuGraphBackend(AllocatorCheckpoints, DeviceGraphBackend):
     end_allocate_to_pool = staticmethod(torch._C._xpu_endAllocateToPool)
     release_pool = staticmethod(torch._C._xpu_releasePool)
     begin_allocate_to_pool = getattr(torch._C, "_xpu_beginAllocateCurrentThreadToPool", None)
-    empty_cache_after_pool_drop = True  # (DeviceGraphBackend says why)
-    failure_leaves_host_routing = XPU_GRAPH_ROUTES_HOST_ALLOCATOR
+    empty_cache_after_pool_drop = DEVICES["xpu"].empty_cache_after_pool_drop
+    failure_leaves_host_routing = DEVICES["xpu"].failure_leaves_host_routing
 
     def new_graph(self) -> torch.xpu.XPUGraph:
         return torch.xpu.XPUGraph()

@@ -27,8 +27,8 @@ from inductor_xpugraph.trees.backends.accelerator_graphs import (
     _PoolGivenAtCaptureBegin,
     accelerator_backend_class,
 )
-from inductor_xpugraph.trees.backends.allocator_checkpoints import BINDING_NAMES
 from inductor_xpugraph.trees.backends.cuda import CudaGraphBackend
+from inductor_xpugraph.trees.backends.devices import DEVICES
 from inductor_xpugraph.trees.backends.xpu import XpuGraphBackend
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs, memory_strategy
 
@@ -149,7 +149,7 @@ class ScriptedAccelerator:
         monkeypatch.setattr(accelerator, "synchronize", self.synchronize, raising=False)
         monkeypatch.setattr(accelerator, "Graph", self.Graph, raising=False)
         monkeypatch.setattr(torch, "Stream", self.Stream)
-        if self.device_type == "xpu":  # the xpu entry of POOL_CALLS
+        if self.device_type == "xpu":  # the xpu record's pool calls
             monkeypatch.setattr(torch.xpu, "graph_pool_handle", self.graph_pool_handle)
             monkeypatch.setattr(torch._C, "_xpu_endAllocateToPool", self.end_allocate_to_pool)
             monkeypatch.setattr(torch._C, "_xpu_releasePool", self.release_pool)
@@ -336,10 +336,10 @@ def test_a_generator_input_is_refused_before_capture_where_the_graph_cannot_regi
 
 def test_checkpoints_follow_the_devices_bindings(xpu, monkeypatch):
     backend = accelerator_backend_class("xpu")(0)
-    for name in BINDING_NAMES["xpu"]:
+    for name in DEVICES["xpu"].checkpoint_bindings:
         monkeypatch.delattr(torch._C, name, raising=False)
     assert isinstance(memory_strategy(accelerator_backend_class("xpu")(0)), OwnedOutputs)
-    for name in BINDING_NAMES["xpu"]:
+    for name in DEVICES["xpu"].checkpoint_bindings:
         monkeypatch.setattr(torch._C, name, lambda *args: None, raising=False)
     assert isinstance(memory_strategy(accelerator_backend_class("xpu")(0)), CheckpointedPool)
     assert backend.device_type == "xpu"

@@ -10,6 +10,7 @@ device graph around such an operator is checked on the real xpu wrapper source
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -20,9 +21,9 @@ from torch._inductor.virtualized import V
 
 import inductor_xpugraph
 from inductor_xpugraph.codegen import not_captured_ops
-from inductor_xpugraph.trees.backends import unrecordable_ops
+from inductor_xpugraph.trees.backends import unrecordable_ops, xpu_unrecordable_ops
+from inductor_xpugraph.trees.backends.devices import DEVICES
 from inductor_xpugraph.trees.backends.unrecordable_ops import (
-    UNRECORDABLE_OPS,
     listed_name,
     ops_not_to_capture,
     why_not_captured,
@@ -30,6 +31,11 @@ from inductor_xpugraph.trees.backends.unrecordable_ops import (
 
 FLASH_ATTENTION = "aten::_scaled_dot_product_flash_attention"
 TWICE = "xpugraph_tests::twice"
+
+
+def listing(monkeypatch, device: str, ops: dict[str, str]) -> None:
+    """``device``'s do-not-capture list is ``ops`` for the test."""
+    monkeypatch.setitem(DEVICES, device, dataclasses.replace(DEVICES[device], unrecordable_ops=ops))
 
 
 # A custom operator: Inductor runs it as a fallback kernel, the kind it can partition around.
@@ -153,16 +159,16 @@ def test_the_installed_oneccl_version_is_read_from_its_distribution(monkeypatch)
 
     def version(distribution):
         if distribution not in versions:
-            raise unrecordable_ops.importlib.metadata.PackageNotFoundError(distribution)
+            raise xpu_unrecordable_ops.importlib.metadata.PackageNotFoundError(distribution)
         return versions[distribution]
 
-    monkeypatch.setattr(unrecordable_ops.importlib.metadata, "version", version)
-    unrecordable_ops.installed_library_version.cache_clear()
+    monkeypatch.setattr(xpu_unrecordable_ops.importlib.metadata, "version", version)
+    xpu_unrecordable_ops.installed_library_version.cache_clear()
     try:
-        assert unrecordable_ops.installed_library_version("oneccl") == (2021, 17, 2)
-        assert unrecordable_ops.installed_library_version("onednn") is None
+        assert xpu_unrecordable_ops.installed_library_version("oneccl") == (2021, 17, 2)
+        assert xpu_unrecordable_ops.installed_library_version("onednn") is None
     finally:
-        unrecordable_ops.installed_library_version.cache_clear()
+        xpu_unrecordable_ops.installed_library_version.cache_clear()
 
 
 def test_onemkl_ops_are_listed_on_every_release():
@@ -172,7 +178,7 @@ def test_onemkl_ops_are_listed_on_every_release():
 
 
 def test_every_listed_op_gives_a_reason_with_its_source():
-    for device in UNRECORDABLE_OPS:
+    for device in DEVICES:
         for op, reason in unrecordable_ops.listed_ops(device, (2, 11)).items():
             assert "#" in reason, f"{device} {op}: the reason names no issue"
 
@@ -298,7 +304,7 @@ def test_without_graph_partition_a_never_captured_op_keeps_its_graph_uncaptured(
 
 
 def test_allow_capture_ops_lets_a_device_listed_op_be_captured(device, monkeypatch):
-    monkeypatch.setitem(UNRECORDABLE_OPS, device, {TWICE: "a test says so (#0)"})
+    listing(monkeypatch, device, {TWICE: "a test says so (#0)"})
     stats = run_compiled(device)
     assert stats["records"] == 2 and stats["skips"] == 1
     assert skip_events()[0].reason.startswith(f"{TWICE} is not captured on {device}: a test")
@@ -325,7 +331,7 @@ def test_changing_the_lists_never_returns_a_wrapper_cached_under_other_lists(dev
     assert compile_and_count(never_capture_ops=(TWICE,))[0] == 2
     records, hits = compile_and_count(never_capture_ops=())
     assert records == 3 and hits >= 1  # the same lists do hit the cache
-    monkeypatch.setitem(UNRECORDABLE_OPS, device, {TWICE: "a test says so (#0)"})
+    listing(monkeypatch, device, {TWICE: "a test says so (#0)"})
     assert compile_and_count()[0] == 2
 
 

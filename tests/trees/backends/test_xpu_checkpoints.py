@@ -15,14 +15,11 @@ import torch
 
 from inductor_xpugraph import config
 from inductor_xpugraph.trees.backends import cuda as cuda_backend
-from inductor_xpugraph.trees.backends.allocator_checkpoints import (
-    BINDING_NAMES,
-    CheckpointBindings,
-    checkpoint_bindings,
-)
+from inductor_xpugraph.trees.backends.allocator_checkpoints import checkpoint_bindings
 from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
 from inductor_xpugraph.trees.backends.cuda import CudaGraphBackend
 from inductor_xpugraph.trees.backends.device_graphs import DevicePool
+from inductor_xpugraph.trees.backends.devices import DEVICES, CheckpointBindings
 from inductor_xpugraph.trees.backends.xpu import XpuGraphBackend
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs, memory_strategy
 
@@ -79,7 +76,7 @@ class ScriptedBindings:
 
 
 def remove_bindings(monkeypatch, device_type: str) -> None:
-    for name in BINDING_NAMES[device_type]:
+    for name in DEVICES[device_type].checkpoint_bindings:
         monkeypatch.delattr(torch._C, name, raising=False)
 
 
@@ -104,13 +101,13 @@ def make_cuda_backend(monkeypatch):
 
 @pytest.fixture
 def xpu_bindings(monkeypatch):
-    bindings = ScriptedBindings(BINDING_NAMES["xpu"])
+    bindings = ScriptedBindings(DEVICES["xpu"].checkpoint_bindings)
     bindings.install(monkeypatch)
     return bindings
 
 
 def test_the_xpu_bindings_are_named_like_torch_2_15s():
-    assert BINDING_NAMES["xpu"] == (
+    assert DEVICES["xpu"].checkpoint_bindings == (
         "_xpu_getCheckpointState",
         "_xpu_setCheckpointPoolState",
         "_xpu_checkPoolLiveAllocations",
@@ -120,7 +117,7 @@ def test_the_xpu_bindings_are_named_like_torch_2_15s():
 
 
 def test_the_cuda_bindings_are_the_ones_the_cuda_backend_always_called():
-    assert BINDING_NAMES["cuda"] == (
+    assert DEVICES["cuda"].checkpoint_bindings == (
         "_cuda_getCheckpointState",
         "_cuda_setCheckpointPoolState",
         "_cuda_checkPoolLiveAllocations",
@@ -138,7 +135,7 @@ def test_xpu_keeps_owned_outputs_on_a_torch_without_the_bindings(monkeypatch, ma
 
 @pytest.mark.parametrize("missing", CheckpointBindings._fields)
 def test_one_missing_binding_keeps_owned_outputs(monkeypatch, make_xpu_backend, missing):
-    ScriptedBindings(BINDING_NAMES["xpu"]).install(monkeypatch, leave_out=missing)
+    ScriptedBindings(DEVICES["xpu"].checkpoint_bindings).install(monkeypatch, leave_out=missing)
     assert checkpoint_bindings("xpu") is None
     assert make_xpu_backend(0).supports_pool_checkpoints is False
 
@@ -179,7 +176,7 @@ def test_a_restore_that_leaves_an_owner_without_its_block_raises(make_xpu_backen
 
 
 def test_cuda_checkpoint_calls_are_unchanged(monkeypatch, make_cuda_backend):
-    bindings = ScriptedBindings(BINDING_NAMES["cuda"])
+    bindings = ScriptedBindings(DEVICES["cuda"].checkpoint_bindings)
     bindings.install(monkeypatch)
     backend = make_cuda_backend(1)
     assert backend.supports_pool_checkpoints is True

@@ -13,7 +13,7 @@ warmup, pool, capture, replay), the path compiled code takes:
    When the capture fails, each of the three is captured alone, to name what does not record;
 3. run a random op un-graphed afterwards: a failed capture must not leave the device's random
    number generator in capture mode;
-4. try each operator of the device's do-not-capture list (``UNRECORDABLE_OPS``, read now) with
+4. try each operator of the device's do-not-capture list (``unrecordable_ops.listed_ops``) with
    sample inputs from ``probe_exercises.EXERCISES``, and say which ones record here.
 
 It runs in a child process that ``probe_report`` starts and reads: a crash, a hang or a

@@ -17,6 +17,7 @@ import logging
 
 import pytest
 import torch
+from support.scripted_devices import ScriptedDeviceBase, ScriptedStream
 
 from inductor_xpugraph import config
 from inductor_xpugraph._settings import from_environment
@@ -33,23 +34,6 @@ from inductor_xpugraph.trees.backends.xpu import XpuGraphBackend
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs, memory_strategy
 
 PRIVATEUSE1 = torch._C._get_privateuse1_backend_name()
-
-
-class ScriptedStream:
-    def __init__(self, accelerator: ScriptedAccelerator, name: str, device) -> None:
-        self.accelerator = accelerator
-        self.name = name
-        self.device_index = device.index or 0
-        self.device = device
-
-    def wait_stream(self, other: ScriptedStream) -> None:
-        self.accelerator.log.append(f"{self.name} waits for {other.name}")
-
-    def synchronize(self) -> None:
-        self.accelerator.log.append(f"host waits for {self.name}")
-
-    def is_capturing(self) -> bool:
-        return self.accelerator.capturing_on is self
 
 
 class ScriptedGraph:
@@ -106,36 +90,15 @@ class ScriptedGraph:
             self.accelerator.release_pool(0, self.mempool_id)
 
 
-class ScriptedGenerator:
-    """A default generator whose state is what enters capture mode."""
-
-    def __init__(self, accelerator) -> None:
-        self.accelerator = accelerator
-
-    def clone_state(self) -> str:
-        return "a cloned state"
-
-    def graphsafe_set_state(self, state: str) -> None:
-        self.accelerator.generator_capturing = False
-
-
-class ScriptedAccelerator:
+class ScriptedAccelerator(ScriptedDeviceBase):
     """``torch.accelerator``, ``torch.Stream`` and the device's allocator, writing a log."""
 
     def __init__(self, device_type: str) -> None:
+        super().__init__()
         self.device_type = device_type
-        self.log: list[str] = []
         self.streams: list[tuple[str, torch.device]] = []
         self.current = ScriptedStream(self, "caller", torch.device(device_type, 0))
-        self.capturing_on: ScriptedStream | None = None
-        self.fail: str | None = None  # the next capture fails: "begin" or "end"
-        self.keep_failing = False
-        self.generator_capturing = False
-        self.generator = ScriptedGenerator(self)
         self.pool_ids = itertools.count(1)
-        # The allocator: which pools captures route into, and each pool's holds.
-        self.routing: list[object] = []
-        self.holds: dict[object, int] = {}
 
     def install(self, monkeypatch) -> None:
         monkeypatch.setattr(capture_streams, "_capture_streams", {})  # this script's streams only
@@ -182,18 +145,6 @@ class ScriptedAccelerator:
     # the device's allocator
     def graph_pool_handle(self):
         return ("handle", next(self.pool_ids))
-
-    def begin_allocate_to_pool(self, pool) -> None:
-        self.routing.append(pool)
-        self.holds[pool] = self.holds.get(pool, 0) + 1
-
-    def end_allocate_to_pool(self, device_index: int, pool) -> None:
-        if pool not in self.routing:
-            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
-        self.routing.remove(pool)
-
-    def release_pool(self, device_index: int, pool) -> None:
-        self.holds[pool] -= 1
 
 
 @pytest.fixture

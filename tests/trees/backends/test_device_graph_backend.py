@@ -10,23 +10,12 @@ import itertools
 import weakref
 
 import pytest
+from support.scripted_devices import ScriptedDeviceBase, ScriptedStream
 
 from inductor_xpugraph.trees.backends import capture_streams, device_graphs
 from inductor_xpugraph.trees.backends.device_graphs import DeviceGraphBackend
 
 _module_ids = itertools.count()
-
-
-class ScriptedStream:
-    def __init__(self, device: ScriptedDevice, name: str) -> None:
-        self.device = device
-        self.name = name
-
-    def wait_stream(self, other: ScriptedStream) -> None:
-        self.device.log.append(f"{self.name} waits for {other.name}")
-
-    def synchronize(self) -> None:
-        self.device.log.append(f"host waits for {self.name}")
 
 
 class ScriptedGraph:
@@ -81,52 +70,17 @@ class ScriptedGraph:
             self.device.capturing_on = None
 
 
-class ScriptedGenerator:
-    """A default generator: ``clone_state`` gives a state outside capture mode, and
-    ``graphsafe_set_state`` makes it the generator's (torch's generator states)."""
-
-    def __init__(self, device: ScriptedDevice) -> None:
-        self.device = device
-
-    def clone_state(self) -> str:
-        return "a cloned state"
-
-    def graphsafe_set_state(self, state: str) -> None:
-        self.device.log.append(f"the generator takes {state}")
-        self.device.generator_capturing = False
-
-
-class ScriptedDevice:
+class ScriptedDevice(ScriptedDeviceBase):
     """The parts of ``torch.cuda``/``torch.xpu`` the backend uses, writing a log."""
 
     def __init__(self, order: str = "cuda") -> None:
+        super().__init__()
         self.__name__ = f"scripted_device_{next(_module_ids)}"  # streams are cached per name
         # Whose order of operations a failed capture_end follows: "cuda" or "xpu".
         self.order = order
-        self.default_generators = [ScriptedGenerator(self)]
-        self.log: list[str] = []
+        self.default_generators = [self.generator]
         self.current = ScriptedStream(self, "caller")
-        self.capturing_on: ScriptedStream | None = None
-        self.fail: str | None = None  # the next capture fails: "begin", "end", "instantiate"
-        self.keep_failing = False  # ... and every capture after it
-        self.generator_capturing = False  # the default generator's capture mode
         self.streams = 0
-        # The caching allocator's view of private pools: which one a capture routes its
-        # allocations into, and how many holds each pool has (it is freed at 0).
-        self.routing: list[object] = []
-        self.holds: dict[object, int] = {}
-
-    def begin_allocate_to_pool(self, pool) -> None:
-        self.routing.append(pool)
-        self.holds[pool] = self.holds.get(pool, 0) + 1
-
-    def end_allocate_to_pool(self, device_index: int, pool) -> None:
-        if pool not in self.routing:
-            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
-        self.routing.remove(pool)
-
-    def release_pool(self, device_index: int, pool) -> None:
-        self.holds[pool] -= 1  # below the graphs that use it: freed while in use
 
     def is_available(self) -> bool:
         return True

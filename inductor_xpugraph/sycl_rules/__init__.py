@@ -80,10 +80,7 @@ def on_cpu(
     backend = AcceleratorRulesBackend if graph_api == "accelerator" else XpuRulesBackend
     stands_for = {cpu: xpu for xpu, cpu in CPU_STAND_INS.items()}
     record = Device(
-        "cpu",
-        lambda: backend,
-        unrecordable_ops=device.refused_ops,
-        stands_for=stands_for,
+        "cpu", unrecordable_ops=device.refused_ops, backend=backend, stands_for=stands_for
     )
     was_enabled = "cpu" in enabled_devices()
     forget_trees("cpu")

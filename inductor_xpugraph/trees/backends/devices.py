@@ -1,9 +1,8 @@
 """What the runtime and codegen know of each device type: one record per device, in one place.
 
-A ``Device`` holds every fact about a device that code outside its backend asks for:
+A ``Device`` holds every fact about a device that code outside its backend's own module asks
+for:
 
-- ``backend``: how its graph backend is found (called when first asked: a backend module
-  binds its device's torch calls when it is imported);
 - ``unrecordable_ops``: the operators its graphs do not record, with why, and for which torch
   releases and recording modes (``unrecordable_ops`` reads the list in force);
 - ``pool_calls``: its allocator's pool calls, which ``torch.accelerator.Graph`` lacks
@@ -13,27 +12,30 @@ A ``Device`` holds every fact about a device that code outside its backend asks 
 - ``empty_cache_after_pool_drop``, ``failure_leaves_host_routing``: how its allocator
   behaves around a dropped pool and a failed capture (``device_graphs`` says why each
   matters);
-- ``stands_for``: for a stand-in whose operators have other names than those of the device it
+- for a stand-in, ``backend``, the backend that records and replays in the device's place,
+  and ``stands_for``: where its operators have other names than those of the device it
   models, the operator each stands for (``config.allow_capture_ops`` takes either name).
+
+Which backend a device itself uses is decided in one place, ``trees.backends.backend_class``:
+it depends on ``config.xpu_graph_api`` and on what this torch has. The backend modules read
+this record, so the record does not name them.
 
 ``device(device_type)`` gives the record in force. Something may stand in for a device type
 for a while (``standing_in``): its record replaces the device's own for all of the above, and
 is taken out after, whatever happens; ``inductor_xpugraph.sycl_rules.on_cpu`` puts the CPU
-under SYCL Graph's rules this way. A device type without a record of its own gets one with
-no facts, whose backend is ``torch.accelerator.Graph``'s where torch's PrivateUse1 backend
-registers one.
+under SYCL Graph's rules this way. A device type without a record of its own (a PrivateUse1
+backend) gets an empty one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from ... import config
 from .xpu_unrecordable_ops import XPU_UNRECORDABLE_OPS, Listed
 
 if TYPE_CHECKING:
@@ -82,8 +84,6 @@ class Device:
     """What one device type is to the package."""
 
     device_type: str
-    #: ``() -> the GraphBackend subclass`` that records and replays there.
-    backend: Callable[[], type[GraphBackend]]
     #: Operator -> why its graphs do not record it (a ``Listed`` where that holds for some
     #: torch releases, recording modes or library versions only).
     unrecordable_ops: Mapping[str, str | Listed] = dataclasses.field(default_factory=dict)
@@ -91,7 +91,9 @@ class Device:
     checkpoint_bindings: CheckpointBindings | None = None
     empty_cache_after_pool_drop: bool = False
     failure_leaves_host_routing: bool = False
-    #: Operator of a stand-in -> the operator of the modelled device it stands for.
+    #: A stand-in's: the backend that records and replays in the device's place.
+    backend: type[GraphBackend] | None = None
+    #: A stand-in's: its operator -> the operator of the modelled device it stands for.
     stands_for: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -101,57 +103,9 @@ def torch_release() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _xpu_backend() -> type[GraphBackend]:
-    """``torch.xpu.XPUGraph``'s backend, or ``torch.accelerator.Graph``'s with
-    ``config.xpu_graph_api = "accelerator"``."""
-    from .accelerator_graphs import accelerator_backend_class, has_accelerator_graph
-
-    if config.xpu_graph_api != "accelerator":
-        from .xpu import XpuGraphBackend
-
-        return XpuGraphBackend
-    if not has_accelerator_graph():
-        raise RuntimeError(
-            f"inductor_xpugraph.config.xpu_graph_api='accelerator' needs "
-            f"torch.accelerator.Graph (torch >= 2.13); this torch {torch.__version__} has "
-            f"none: set it to 'xpu' (torch.xpu.XPUGraph)"
-        )
-    return accelerator_backend_class("xpu")
-
-
-def _cuda_backend() -> type[GraphBackend]:
-    from .cuda import CudaGraphBackend
-
-    return CudaGraphBackend
-
-
-def _cpu_emulation_backend() -> type[GraphBackend]:
-    from .cpu_emulation import CpuEmulationBackend
-
-    return CpuEmulationBackend
-
-
-def _accelerator_backend(device_type: str) -> Callable[[], type[GraphBackend]]:
-    def backend() -> type[GraphBackend]:
-        from .accelerator_graphs import accelerator_backend_class, has_accelerator_graph
-
-        privateuse1 = torch._C._get_privateuse1_backend_name()
-        if device_type == privateuse1 and has_accelerator_graph():
-            return accelerator_backend_class(device_type)
-        lacking = "" if has_accelerator_graph() else f", which torch {torch.__version__} has not"
-        raise ValueError(
-            f"inductor_xpugraph has no graph backend for device type {device_type!r} "
-            f"(supported: 'xpu', 'cuda', 'cpu' emulation, and the PrivateUse1 backend "
-            f"{privateuse1!r} where torch has torch.accelerator.Graph{lacking})"
-        )
-
-    return backend
-
-
 DEVICES: dict[str, Device] = {
     "xpu": Device(
         "xpu",
-        _xpu_backend,
         unrecordable_ops=XPU_UNRECORDABLE_OPS,
         # Note [Pool routing after a failed capture].
         pool_calls=PoolCalls(
@@ -176,7 +130,6 @@ DEVICES: dict[str, Device] = {
     ),
     "cuda": Device(
         "cuda",
-        _cuda_backend,
         # torch/_C/__init__.pyi of every release this project supports (2.11-2.15), CUDA builds.
         checkpoint_bindings=CheckpointBindings(
             get_checkpoint_state="_cuda_getCheckpointState",
@@ -186,7 +139,7 @@ DEVICES: dict[str, Device] = {
             free_and_remove_deleter="_free_And_Remove_DeleterFn",
         ),
     ),
-    "cpu": Device("cpu", _cpu_emulation_backend),
+    "cpu": Device("cpu"),
 }
 
 _standing_in: dict[str, Device] = {}
@@ -198,7 +151,7 @@ def device(device_type: str) -> Device:
     if playing is not None:
         return playing
     known = DEVICES.get(device_type)
-    return known if known is not None else Device(device_type, _accelerator_backend(device_type))
+    return known if known is not None else Device(device_type)
 
 
 def is_stood_in(device_type: str) -> bool:

@@ -28,8 +28,8 @@ class PlayedBackend(CpuEmulationBackend):
 def record() -> Device:
     return Device(
         "cpu",
-        lambda: PlayedBackend,
         unrecordable_ops={OP: "the stand-in refuses it"},
+        backend=PlayedBackend,
         stands_for={OP: XPU_OP},
     )
 
@@ -77,7 +77,7 @@ def test_the_checkpoint_bindings_are_those_the_record_names(monkeypatch):
 
 
 def test_the_accelerator_backend_takes_its_allocator_behaviour_from_the_record(monkeypatch):
-    flagged = Device("fake_dev", lambda: PlayedBackend, empty_cache_after_pool_drop=True)
+    flagged = Device("fake_dev", empty_cache_after_pool_drop=True)
     monkeypatch.setitem(DEVICES, "fake_dev", flagged)
     accelerator_graphs.accelerator_backend_class.cache_clear()
     try:

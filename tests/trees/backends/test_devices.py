@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from inductor_xpugraph import config
 from inductor_xpugraph.trees.backends import (
@@ -15,7 +16,13 @@ from inductor_xpugraph.trees.backends import (
     unrecordable_ops,
 )
 from inductor_xpugraph.trees.backends.cpu_emulation import CpuEmulationBackend
-from inductor_xpugraph.trees.backends.devices import DEVICES, Device, device, standing_in
+from inductor_xpugraph.trees.backends.devices import (
+    DEVICES,
+    CheckpointBindings,
+    Device,
+    device,
+    standing_in,
+)
 
 OP = "aten::_some_cpu_op"
 XPU_OP = "aten::_the_xpu_op"
@@ -67,13 +74,15 @@ def test_a_second_stand_in_for_a_device_raises_and_the_first_stays():
 
 
 def test_the_checkpoint_bindings_are_those_the_record_names(monkeypatch):
-    cuda = DEVICES["cuda"].checkpoint_bindings
-    assert cuda is not None
-    renamed = cuda._replace(get_checkpoint_state="_no_such_binding")
-    monkeypatch.setitem(
-        DEVICES, "cuda", dataclasses.replace(DEVICES["cuda"], checkpoint_bindings=renamed)
-    )
-    assert allocator_checkpoints.checkpoint_bindings("cuda") is None
+    names = CheckpointBindings(*(f"_scripted_checkpoint_binding_{i}" for i in range(5)))
+    for name in names:
+        monkeypatch.setattr(torch._C, name, object(), raising=False)
+    cuda = dataclasses.replace(DEVICES["cuda"], checkpoint_bindings=names)
+    monkeypatch.setitem(DEVICES, "cuda", cuda)
+    found = allocator_checkpoints.checkpoint_bindings("cuda")
+    assert found == tuple(getattr(torch._C, name) for name in names)
+    monkeypatch.delattr(torch._C, names.free_and_remove_deleter)
+    assert allocator_checkpoints.checkpoint_bindings("cuda") is None  # all five, or none
 
 
 def test_the_accelerator_backend_takes_its_allocator_behaviour_from_the_record(monkeypatch):

@@ -183,6 +183,15 @@ class Queue:
     def submit(self, kernel: Kernel, depends_on: Sequence[Event] = ()) -> Event:
         return self._submit(kernel, depends_on, NODE_DEPENDS_ON_OUTSIDE_EVENT)
 
+    def memcpy(self, target: Counter, source: Counter, depends_on: Sequence[Event] = ()) -> Event:
+        """``queue::memcpy``: a submission like a kernel's, that copies ``source`` into
+        ``target`` when it runs. A blocking copy is this, then a host wait on its event."""
+
+        def copy() -> None:
+            target.values[:] = source.values
+
+        return self.submit(copy, depends_on)
+
     def submit_barrier(self, events: Sequence[Event] = ()) -> Event:
         """``ext_oneapi_submit_barrier``: a node, or nothing run, that waits for ``events``."""
         return self._submit(_nothing, events, BARRIER_ON_OUTSIDE_EVENT)

@@ -228,6 +228,7 @@ class Counter:
 
     def __init__(self, rt: Runtime):
         memory = rt._dpctl.memory.MemoryUSMShared(4 * COUNTER_ELEMENTS, queue=rt._home._queue)
+        self.memory = memory
         self._elements = memoryview(memory).cast("B").cast("i")
         for index in range(COUNTER_ELEMENTS):
             self._elements[index] = 0
@@ -289,6 +290,16 @@ class Queue:
         if message is None:
             raise RuntimeError(f"dpctl's submission failed without a SYCL message: {rest!r}")
         raise SyclError(message)
+
+    def memcpy(self, target: Counter, source: Counter, depends_on=()) -> Event:
+        """``queue::memcpy``: the source counter's elements into the target's (no wait)."""
+        event = self._queue.memcpy_async(
+            target.memory,
+            source.memory,
+            4 * COUNTER_ELEMENTS,
+            dEvents=[dependency._event for dependency in depends_on],
+        )
+        return Event(self._rt, event)
 
     def submit_barrier(self, events=()) -> Event:
         """``ext_oneapi_submit_barrier(events)``; with no events, the overload without a list

@@ -286,6 +286,28 @@ def scenario_wait_on_recorded_event(rt):
     return seen
 
 
+def scenario_blocking_copy_on_recording_queue(rt):
+    """A blocking copy on a recording queue (a copy, then a host wait on it: what torch's
+    blocking device-to-host copy and ``.item()`` do) throws at the wait, yet the copy is a node
+    of the graph: it copies nothing now, and once at each replay."""
+    seen = Observations()
+    queue, source, target = rt.new_queue(), rt.new_counter(), rt.new_counter()
+    queue.submit(source.increment).wait()
+    graph = rt.new_graph(queue)
+    graph.begin_recording(queue)
+    copied = seen.call("copy on the recording queue", queue.memcpy, target, source)
+    seen.call("wait on the copy's event", copied.wait)
+    seen.call("wait on the recording queue", queue.wait)
+    seen.note("target before the graph ran (nothing copied)", target.value)
+    graph.end_recording(queue)
+    executable = graph.finalize()
+    queue.submit(source.increment)
+    queue.submit_graph(executable)
+    queue.wait()
+    seen.note("target after the graph ran (copied at replay)", target.value)
+    return seen
+
+
 def _submit_after_recorded(rt, seen, before):
     """Records a kernel on A, runs ``before(graph, A)``, then makes eager submissions that
     depend on the recorded kernel's event: a kernel on B (an executing queue that records no

@@ -33,7 +33,7 @@ from ..trees.backends.xpu_recording import (
     recording_mode,
     why_recording_mode,
 )
-from ..trees.backends.xpu_unrecordable_ops import no_library
+from ..trees.backends.xpu_unrecordable_ops import HOST_WAITING_OPS, no_library
 
 #: The xpu operator each CPU operator stands for on the stand-in, where the names differ:
 #: the CPU's attention forward stands for oneDNN's (the kernel xpu picks when no input needs
@@ -89,6 +89,18 @@ def refused_ops(release: Release, recording: str) -> dict[str, str]:
         "xpu", release.number, recording, library_version=no_library
     )
     return {CPU_STAND_INS.get(op, op): why for op, why in listed.items()}
+
+
+def host_waiting_ops(release: Release, recording: str) -> frozenset[str]:
+    """The operators whose kernels wait on the host under ``release`` and ``recording``: inside
+    a recording their wait throws SYCL's wait text (not the text of an outside dependency).
+    With ``aten::item``: what a dispatch mode sees of an ``.item()`` in an operator's body."""
+    waiting = {
+        op
+        for op, entry in HOST_WAITING_OPS.items()
+        if entry.holds_for(release.number, recording, no_library)
+    }
+    return frozenset({*waiting, "aten::item"})
 
 
 RELEASES: dict[str, Release] = {

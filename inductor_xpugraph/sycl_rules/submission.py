@@ -16,6 +16,15 @@ current stream's queue of the stand-in device (``torch_xpu.StandInXpu``), which 
   and does not run. What it returns is allocated but never written (NaN, or the type's
   lowest value); what it would have written in place keeps its old contents.
 
+An operator whose kernel waits on the host (``StandInXpu.host_waits``: ``.item()``, and what
+the package's do-not-capture list marks ``waits_on_host``) copies to the host and waits on the
+copy's event: on a recording queue, live or not, the wait throws SYCL's text, as on an Intel GPU
+(a copy node, then a host wait on it: tests/sycl_rules/sycl_cpu/scenarios.py,
+``scenario_blocking_copy_on_recording_queue``). An operator from outside ATen (a custom
+operator) runs its body in a live capture with this mode still on: its own operators are
+submitted one by one, so an ``.item()`` or a refused operator inside it fails the capture as
+it would on the device.
+
 Operators that only make views or allocate run everywhere (they launch nothing). Fake and
 meta tensors (while Dynamo and AOTAutograd trace) pass through untouched.
 
@@ -41,6 +50,16 @@ _LAUNCHES_NOTHING = {
     torch.ops.aten.set_.source_Storage,
     torch.ops.aten.set_.source_Storage_storage_offset,
 }
+
+
+#: Namespaces of operators whose kernels are the device's own; others have bodies of operators.
+_ATEN_NAMESPACES = frozenset({"aten", "prims"})
+#: Where a custom operator's body is found once this mode has seen the operator.
+_BODY_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _copy_to_host() -> None:
+    """The copy a blocking device-to-host transfer submits (its values are the operator's)."""
 
 
 def operator_name(func: Any) -> str:
@@ -76,13 +95,21 @@ class SubmitToCurrentQueue(TorchDispatchMode):
             return func(*args, **kwargs)
         if func in _LAUNCHES_NOTHING or func.is_view:
             return func(*args, **kwargs)
+        name = operator_name(func)
+        if name in device.host_waits:  # a copy to the host, then a wait on it
+            queue.submit(_copy_to_host).wait()
         if recording in device.live_recordings:
-            if operator_name(func) in self.refused:
+            if torch.Tag.nondeterministic_seeded in func.tags:  # philox_xpu_state's increase
+                device.default_generators[0].state.offset_intragraph += 4
+            if name in self.refused:
                 raise sycl.SyclError(
                     sycl.NATIVE_OUTSIDE_EVENT
                     if recording.native
                     else sycl.NODE_DEPENDS_ON_OUTSIDE_EVENT
                 )
+            if func.namespace not in _ATEN_NAMESPACES:  # a custom operator: its body, op by op
+                with self:
+                    return func.redispatch(_BODY_KEYS, *args, **kwargs)
             return func(*args, **kwargs)
         device.dropped_work += 1
         return _recorded_not_run(func, args, kwargs)

@@ -13,6 +13,11 @@ aten/src/ATen/xpu/XPUGraph.cpp, the XPU caching allocator; torch 2.11-2.15):
   frees pools no graph holds: either throws while any queue records.
 - ``Stream.wait_stream``/``Event.record``/``Event.wait`` are barriers: recording an event on a
   recording queue makes a graph node, and a queue that waits for it joins the recording.
+- ``XPUGraph.replay`` first prepares each registered generator state (``replay_prologue``):
+  it refuses while the replaying thread's current stream records ("Cannot prepare for replay
+  during capturing stage"), and a graph that drew random numbers moves the state's offset,
+  which asserts while another capture holds the state in capture mode ("Offset increment
+  outside graph capture"): a replay in one thread during a capture in another fails so.
 - ``XPUGraph.capture_begin``: the default generator enters capture mode; the device allocator,
   and from torch 2.13 the host allocator, route into the pool with filters that refer to the
   graph; then recording begins (which throws on a queue that records already).
@@ -44,7 +49,7 @@ from typing import Any
 
 from ..trees.backends.xpu_recording import NATIVE
 from . import sycl
-from .releases import Release, check_recording, refused_ops
+from .releases import Release, check_recording, host_waiting_ops, refused_ops
 
 STREAMS_PER_POOL = 32  # c10/xpu/XPUStream.cpp, kStreamsPerPool
 PRIORITIES = ("low", "normal", "high")  # priority 1, 0, -1 (Note [XPU Stream priorities])
@@ -52,6 +57,13 @@ NOT_ROUTING = "endAllocateToPool: not currently recording to mempool_id"
 OFFSET_OUTSIDE_CAPTURE = "Offset increment outside graph capture encountered unexpectedly."
 CAPTURE_ON_OTHER_STREAM = "Capture must end on the same stream it began on."
 REPLAY_WITHOUT_CAPTURE = "Called XPUGraph::replay without a preceding successful capture."
+# XPUGeneratorState::replay_prologue's assertNotCapturing (aten/src/ATen/xpu/XPUGeneratorImpl.cpp,
+# XPUGraphsUtils.h), when the replaying thread's current stream records; the status is printed
+# as torch prints it, which was not read ("Recording" here).
+REPLAY_DURING_CAPTURE = (
+    "Cannot prepare for replay during capturing stage. during XPU graph capture. If you need "
+    "this call to be captured, please file an issue. Current xpuStreamCaptureStatus: Recording"
+)
 POOL_ID_LATCHED = (
     "it->second->use_count > 0 INTERNAL ASSERT FAILED at "
     '"aten/src/ATen/xpu/XPUCachingAllocator.cpp" (create_or_incref_pool), please report a bug '
@@ -129,6 +141,8 @@ class GeneratorState:
 
     def __init__(self) -> None:
         self.capturing = False
+        #: The offset the random ops of the capture under way drew (``offset_intragraph_``).
+        self.offset_intragraph = 0
 
 
 class Generator:
@@ -157,6 +171,8 @@ class StandInXpu:
         self.recording = recording or release.recording_mode(data_center_max=data_center_max)
         #: The CPU operators standing for the xpu ones SYCL Graph refuses here, with why.
         self.refused_ops = refused_ops(release, self.recording)
+        #: The operators whose kernels wait on the host (a copy to the host, then a wait).
+        self.host_waits = host_waiting_ops(release, self.recording)
         self.__name__ = (
             f"sycl_rules.StandInXpu[{release.version},{self.recording}]#{next(_device_ids)}"
         )
@@ -304,6 +320,8 @@ class XPUGraph:
         self.generator_states: list[GeneratorState] = []
         self.pool_id: Any = None
         self.capture_ended = False
+        #: (generator state, the offset the capture drew from it): ``capture_epilogue``'s.
+        self.increments: list[tuple[GeneratorState, int]] = []
         self.sycl_graph: sycl.CommandGraph | None = None
         self.executable: sycl.ExecutableGraph | None = None
 
@@ -317,6 +335,7 @@ class XPUGraph:
         self.register_generator_state(device.default_generators[0])  # gen->register_graph
         for state in self.generator_states:
             state.capturing = True  # capture_prologue
+            state.offset_intragraph = 0
         self.capture_stream = stream = device.current_stream()
         self.pool_id = pool if pool is not None else (next(device._pool_ids), 0)
         queue = stream.queue
@@ -353,6 +372,7 @@ class XPUGraph:
         device.host_routing = [(p, g) for p, g in device.host_routing if g() is not self]
         for state in self.generator_states:
             state.capturing = False  # capture_epilogue
+        self.increments = [(state, state.offset_intragraph) for state in self.generator_states]
         self.capture_ended = True
         failure = device._take_failure("finalize")
         if failure is not None:  # instantiate(): after the routing and the generator ended
@@ -363,6 +383,11 @@ class XPUGraph:
     def replay(self) -> None:
         if not self.capture_ended:
             raise RuntimeError(REPLAY_WITHOUT_CAPTURE)
+        for state, increment in self.increments:  # replay_prologue
+            if self.device.is_current_stream_capturing():
+                raise RuntimeError(REPLAY_DURING_CAPTURE)
+            if increment and state.capturing:  # increase(), outside a capture
+                raise RuntimeError(OFFSET_OUTSIDE_CAPTURE)
         assert self.executable is not None
         self.device.current_stream().queue.submit_graph(self.executable)
 

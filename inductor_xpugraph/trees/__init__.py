@@ -138,8 +138,10 @@ def mark_step_begin() -> None:
 def reset() -> None:
     """Drop every recording and pool on every device, let every callable warm up and record
     again (fallbacks and re-record counts cleared), and zero the counters. Outputs handed out
-    before are retired (``GraphTree.retire_handed_out``)."""
+    before are retired (``GraphTree.retire_handed_out``). A capture under way in another
+    thread ends first: its graph goes with the rest."""
     for tree in all_trees():
+        tree.backend.wait_for_other_captures()
         tree.reset()
     reset_all_callables()
     stats.clear()

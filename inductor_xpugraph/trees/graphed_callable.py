@@ -59,6 +59,7 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 from .. import config
 from . import messages, stats
 from .decision import EAGERLY, PLAIN, Action, Decision, Leave, RecordKind
+from .failed_operator import operator_that_raised
 from .inputs import InputBuffers, InputNames, StaticInput, input_identity
 from .kept_state import PassedAgain, describe_holders, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
@@ -205,6 +206,7 @@ class GraphedCallable:
                 and (not node.reused_outputs or node.try_release_reused_memory(args))
             ):
                 recording = node.recording
+                tree.backend.wait_for_other_captures()
                 recording.launch(args)
                 if tree.unretired is not None:
                     # A generation's first call: retire the one before while the device runs.
@@ -734,7 +736,8 @@ class GraphedCallable:
         a graph existed."""
         raises = config.capture_failure_raises or self.policy.settings.raise_on_skip
         stats.counters["capture_failures"] += 1
-        reason = messages.capture_failed(tree.device, error, raises)
+        operator = operator_that_raised(error, self.fn)
+        reason = messages.capture_failed(tree.device, error, raises, operator)
         self.policy.stop(reason)
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)
         if raises:

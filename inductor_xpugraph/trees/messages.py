@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 from .. import config
+from .failed_operator import FailedOperator
 
 # -- events (stats.record_event / record_skip) -----------------------------------------------
 
@@ -114,18 +115,32 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
-def capture_failed(device: str, error: BaseException, raised: bool) -> str:
+def capture_failed(
+    device: str, error: BaseException, raised: bool, operator: FailedOperator | None = None
+) -> str:
+    """``operator``: the operator the generated module was running when the capture failed
+    (``failed_operator``), None where no operator's line raised."""
     outcome = (
         "the error was raised (config.capture_failure_raises, or upstream's "
         "triton.cudagraph_or_error)"
         if raised
         else "that call ran un-graphed, with its result as without graphs"
     )
+    if operator is None:
+        way_out = (
+            "If an operator of the graph cannot be recorded on this device, list it in "
+            "inductor_xpugraph.config.never_capture_ops and the rest of the graph is captured "
+            "around it"
+        )
+    else:
+        way_out = (
+            f"It failed in {operator.name} (`{operator.line}`): to capture the rest of the graph "
+            f"around it, set inductor_xpugraph.config.never_capture_ops = ('{operator.name}',) "
+            f"(or INDUCTOR_XPUGRAPH_NEVER_CAPTURE_OPS={operator.name}) before compiling"
+        )
     return (
         f"its capture on {device} failed with {first_line(error)}; {outcome}, and it runs "
-        f"un-graphed from now on. If an operator of the graph cannot be recorded on this "
-        f"device, list it in inductor_xpugraph.config.never_capture_ops and the rest of the "
-        f"graph is captured around it"
+        f"un-graphed from now on. {way_out}"
     )
 
 

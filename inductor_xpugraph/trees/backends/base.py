@@ -32,6 +32,13 @@ class GraphBackend(abc.ABC):
     #: backend binds it once, in ``__init__``, to the cheapest function that answers.
     is_capturing: Callable[[], bool]
 
+    #: ``() -> None``: return once no other thread of this process captures on the device.
+    #: A replay waits for it: the device's random number generator is in capture mode while
+    #: any thread captures, and a replay that draws from it then fails (torch's
+    #: ``replay_prologue``: "Offset increment outside graph capture"). Bound once in
+    #: ``__init__``, like ``is_capturing``; a device without that hazard binds a no-op.
+    wait_for_other_captures: Callable[[], None] = staticmethod(lambda: None)
+
     #: Why no graph can be recorded on this device in this process (even an empty capture
     #: failed), or None. Every callable on the device then runs un-graphed.
     cannot_record: str | None = None

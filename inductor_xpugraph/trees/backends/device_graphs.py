@@ -61,6 +61,7 @@ to whoever takes a stream 32 streams later. So, after such a failure:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import threading
@@ -141,6 +142,9 @@ class DeviceGraphBackend(GraphBackend):
         # would add to.
         self.capture_stream = capture_stream(module, device_index)
         self.is_capturing = is_capturing_on(module, device_index)
+        self.wait_for_other_captures = functools.partial(
+            _CAPTURES.wait_for_other_threads, self.device
+        )
         self.warms_up_in_pool = self.begin_allocate_to_pool is not None
         #: Captures that failed on this backend: at ``capture_begin``, in the captured code
         #: (an operator the device refused to record) or at ``capture_end``.
@@ -438,28 +442,46 @@ class DeviceGraphBackend(GraphBackend):
 
 
 class _CapturesInFlight:
-    """Our captures and warmups in a pool under way in this process, per device: a device's
-    cache is emptied only while none is (another thread may be capturing)."""
+    """Our captures and warmups in a pool under way in this process, per device and thread: a
+    device's cache is emptied only while none is, and a replay in one thread waits for the
+    captures of the others (``GraphBackend.wait_for_other_captures``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[str, int] = {}
+        self._changed = threading.Condition()
+        #: device -> thread id -> how many of that thread's are under way.
+        self._running: dict[str, dict[int, int]] = {}
 
     @contextlib.contextmanager
     def running(self, device: str) -> Iterator[None]:
-        with self._lock:
-            self._running[device] = self._running.get(device, 0) + 1
+        thread = threading.get_ident()
+        with self._changed:
+            threads = self._running.setdefault(device, {})
+            threads[thread] = threads.get(thread, 0) + 1
         try:
             yield
         finally:
-            with self._lock:
-                self._running[device] -= 1
+            with self._changed:
+                threads = self._running[device]
+                threads[thread] -= 1
+                if not threads[thread]:
+                    del threads[thread]
+                self._changed.notify_all()
 
     def when_none_running(self, device: str, fn: Callable[[], None]) -> None:
         """Run ``fn`` now if no capture on ``device`` is under way, else not at all."""
-        with self._lock:
+        with self._changed:
             if not self._running.get(device):
                 fn()
+
+    def wait_for_other_threads(self, device: str) -> None:
+        """Return once no thread but this one has a capture on ``device`` under way."""
+        if not self._running.get(device):  # a replay's path: no lock when none runs
+            return
+        thread = threading.get_ident()
+        with self._changed:
+            self._changed.wait_for(
+                lambda: not any(t != thread for t in self._running.get(device, ()))
+            )
 
 
 _CAPTURES = _CapturesInFlight()

@@ -47,6 +47,21 @@ exception_external_event.cpp``).
   but the three that #2992 records are not where oneCCL >= 2021.17.2 is installed
   (``Listed.recorded_from``; torch's XPU wheels install oneCCL as a Python distribution).
 
+- Host waits. SYCL refuses any host wait on recorded work: a wait on a node's event
+  ("wait method cannot be used for an event associated with a command graph.") or on a recording
+  queue, in both recording modes (natively as a Level Zero error). torch-xpu-ops' kernels of
+  these operators wait on the host, in every release from 2.11 (intel/torch-xpu-ops, branches
+  release/2.11 to release/2.14 and main; paths below): ``.item()`` inside the kernel
+  (``_local_scalar_dense_xpu``, ``src/ATen/native/xpu/XPUScalar.cpp``: a copy to the host, then
+  ``wait()`` on its event), a count read back to size an output (the ``pstl::copy_if`` and
+  ``pstl::unique`` helpers of ``sycl/pstl/PSTLFunctions.h``), or a blocking copy
+  (``Copy.cpp``'s ``memcpy`` + ``wait()``). Inductor keeps most of them out of graphs already
+  (a data-dependent output size graph-breaks or makes an unbacked size); listed here are those
+  whose output size is static, which can sit in a graph Inductor would capture (the embedding
+  backward of every training graph with an ``nn.Embedding`` first: intel/torch-xpu-ops#4717 and
+  pytorch/torchtitan#4547 met SYCL's text there), and the others for when a graph holds one.
+  ``Listed.waits_on_host`` marks them.
+
 An entry (``Listed``) may hold for some torch releases (``Listed.before``), recording modes
 (``Listed.recordings``) or library versions (``Listed.recorded_from``) only.
 """
@@ -111,6 +126,8 @@ class Listed:
     #: (library, version): where this library is installed at this version or later, the
     #: runtime records the operator (None: no library does).
     recorded_from: tuple[str, tuple[int, ...]] | None = None
+    #: Its kernel waits on the host: inside a recording the wait throws, in either mode.
+    waits_on_host: bool = False
 
     def holds_for(
         self, release: tuple[int, int], recording: str, library_version: LibraryVersion
@@ -149,6 +166,61 @@ def no_library(library: str) -> None:
     return None
 
 
+def _waits(how: str) -> Listed:
+    return Listed(
+        f"its XPU kernel waits on the host ({how}), and SYCL Graph refuses a host wait on "
+        f"recorded work: 'wait method cannot be used for an event associated with a command "
+        f"graph.'",
+        waits_on_host=True,
+    )
+
+
+_TXO = "intel/torch-xpu-ops src/ATen/native/xpu/"
+_ITEM = "an .item() inside the kernel"
+#: Operators whose XPU kernels wait on the host, with how and where (intel/torch-xpu-ops).
+HOST_WAITING_OPS: dict[str, Listed] = {
+    "aten::_local_scalar_dense": _waits(f"a copy to the host, then a wait, {_TXO}XPUScalar.cpp"),
+    "aten::nonzero_static": _waits(
+        f"it runs the full nonzero kernel, which reads its count back, {_TXO}Nonzero.cpp"
+    ),
+    "aten::embedding_dense_backward": _waits(
+        f"pstl::copy_if and an .item() of the segment count, {_TXO}sycl/EmbeddingBackwardKernel.h"
+    ),
+    "aten::_embedding_bag_backward": _waits(
+        f"the embedding backward's pstl::copy_if and .item(), {_TXO}sycl/EmbeddingBag.cpp"
+    ),
+    "aten::_embedding_bag_dense_backward": _waits(
+        f"the embedding backward's pstl::copy_if and .item(), {_TXO}sycl/EmbeddingBag.cpp"
+    ),
+    "aten::embedding_renorm_": _waits(
+        f"pstl::unique reads its count back, {_TXO}sycl/Embedding.cpp"
+    ),
+    "aten::histc": _waits(
+        f"{_ITEM}, of the input's range when min == max, {_TXO}sycl/SummaryOpsKernels.cpp"
+    ),
+    "aten::bincount": _waits(
+        f"the input's range copied to the host, {_TXO}sycl/SummaryOpsKernels.cpp"
+    ),
+    "aten::nanmedian": _waits(f"{_ITEM}, of the NaN count, {_TXO}Sorting.cpp"),
+    "aten::multinomial": _waits(
+        f"{_ITEM}, of checks on the probabilities (ATen Distributions.cpp)"
+    ),
+    "aten::equal": _waits(f"{_ITEM}, {_TXO}Equal.cpp"),
+    "aten::_linalg_check_errors": _waits(
+        f"{_ITEM}, of the info codes (ATen BatchLinearAlgebra.cpp)"
+    ),
+    "aten::batch_norm_gather_stats": _waits(
+        f"a blocking copy of the counts to the device, {_TXO}sycl/BatchNormKernels.cpp"
+    ),
+    "aten::_ctc_loss": _waits(
+        f"a blocking copy of the target offsets to the device, {_TXO}sycl/LossCTCKernels.cpp"
+    ),
+    "aten::_fused_moving_avg_obs_fq_helper": _waits(
+        f"{_ITEM}, {_TXO}quantized/FusedObsFakeQuant.cpp"
+    ),
+}
+
+
 #: The operators xpu's graphs are known not to record, with why. Names as
 #: ``custom_should_partition_ops`` takes them ("namespace::op[.overload]").
 XPU_UNRECORDABLE_OPS: dict[str, str | Listed] = {
@@ -180,4 +252,5 @@ XPU_UNRECORDABLE_OPS: dict[str, str | Listed] = {
     "_c10d_functional::wait_tensor": _XCCL_WAIT,
     "_c10d_functional::wait_tensors": _XCCL_WAIT,
     **dict.fromkeys(ONEMKL_OPS, _ONEMKL),
+    **HOST_WAITING_OPS,
 }

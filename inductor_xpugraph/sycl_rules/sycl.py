@@ -30,26 +30,49 @@ compares).
   node's event while the node's graph exists (it returns once the graph is gone).
 
 Native recording (``CommandGraph(native=True)``, ``property::graph::enable_native_recording``)
-hands the capture to Level Zero, whose rules differ (intel/llvm: the spec's "Limitations of
-Native Recording", ``sycl/source/detail/graph/graph_impl.cpp`` and the e2e tests of
-``sycl/test-e2e/Graph/RecordReplay/NativeRecording/``; Intel's runtime on the CPU cannot record
-natively, so these are read, not measured):
+hands the capture to Level Zero. Its rules are read from intel/llvm, not measured (Intel's
+runtime on the CPU cannot record natively): ``sycl/source/detail/graph/graph_impl.cpp``, the
+libsycl 2026.2.0 binary (intel-sycl-rt, the runtime the differential test runs), the unit
+tests ``sycl/unittests/Extensions/CommandGraph/NativeRecording*.cpp`` ("unit") and the e2e
+tests of ``sycl/test-e2e/Graph/RecordReplay/NativeRecording/`` (named by file). Two facts carry
+most of them: native recording never sets the queue's command graph, so SYCL's own checks of
+a recording queue (the command-buffer texts above) are skipped and Level Zero refuses instead;
+and a queue counts as recording natively when Level Zero captures on it, a forked queue
+included (``queue_impl::isNativeRecording`` asks UR).
 
-- one queue begins recording a graph (``exception_multi_queue_recording.cpp``); a queue that
-  already records cannot begin again;
-- an executing queue that submits with a dependency on a node of a graph being recorded joins
-  the recording (a fork, ``multi_queue.cpp``), and every fork must be joined back, by a later
-  submission of a recording queue that depends on the fork's last node, before the recording
-  ends: ``end_recording`` throws otherwise, the recording left as it was
-  (``exception_unjoined_fork.cpp``);
-- events of the graph are not for use outside its recording: a submission that depends on one
-  after the recording ended throws, and so does a recorded node that depends on an event from
-  outside the graph (``exception_external_event.cpp``): no queue joins a graph after its
-  recording, unlike command buffers;
-- host waits on a recording queue or a node's event throw, as with command buffers.
+- One queue begins recording a graph: ``begin_recording`` of a graph a queue records, on that
+  queue or another, throws ``NATIVE_SECOND_QUEUE`` (``exception_multi_queue_recording.cpp``); a
+  queue Level Zero captures on (for another graph, or a fork) ``NATIVE_QUEUE_CAPTURING``; a
+  queue recording into command buffers ``BEGIN_ON_RECORDING_QUEUE``. A graph whose recording
+  ended cannot record again (``NATIVE_RESUME``, ``exception_pause_resume_recording.cpp``),
+  unlike command buffers.
+- An executing queue that submits with a dependency on a node of a graph being recorded joins
+  the recording (a fork, ``multi_queue.cpp``). A fork is joined back when a queue of the
+  recording other than itself submits work that depends on the fork's last node
+  (``transitive_join_multi_queue.cpp``); its own later work leaves it unjoined.
+- ``end_recording(queue)`` acts only on the queue that began the recording; it ends the forks
+  too (the backend ends a joined fork with its origin, ``multi_queue.cpp``). On a fork, or a
+  queue not recording into the graph, it does nothing. ``end_recording()`` ends the recording
+  whatever queue began it. With a fork not joined back, both first return every queue to
+  executing (``graph_impl::clearQueues`` swaps the recording queues out before ending them),
+  then throw ``NATIVE_UNJOINED_FORK`` (``exception_unjoined_fork.cpp``).
+- Events of the graph are not for use outside its recording: a submission that depends on one
+  after the recording ended throws ``NATIVE_EVENT_USED_OUTSIDE``, so no queue joins a graph after
+  its recording, unlike command buffers; a recorded node that depends on an event from outside
+  the graph throws ``NATIVE_OUTSIDE_EVENT``, on a node of another graph being recorded
+  ``NATIVE_MERGE_ATTEMPT`` (``exception_external_event.cpp``, ``exception_merge.cpp``).
+- Host waits throw: ``queue.wait()`` on a queue that records natively (a fork included) and
+  ``event.wait()`` on a node's event while the graph records, ``NATIVE_WAIT``
+  (``exception_recording_queue_wait.cpp``, ``exception_recording_event_wait.cpp``); after the
+  recording, while the graph exists, ``NATIVE_EVENT_USED_OUTSIDE``
+  (``exception_external_event.cpp``).
+- ``host_task`` on a queue that records natively throws ``NATIVE_HOST_TASK``
+  (``exception_host_task.cpp``); under command buffers a host task is a node.
+- A device without record and replay support refuses the graph at its construction
+  (``NATIVE_UNSUPPORTED_DEVICE``, ``Device(record_and_replay=False)``).
 
-Level Zero's refusals reach SYCL as ``errc::runtime`` with generic texts: the ``NATIVE_*``
-texts are this model's words, not the runtime's.
+Each refusal carries its ``errc`` (``SyclError.errc``, ``ERRC``): Level Zero's refusals reach SYCL
+as ``errc::runtime`` with UR's generic text (``adapter_impl::checkUrResult``).
 
 In-order queues only (torch's XPU streams are in-order queues): a submission runs after the
 queue's earlier ones, which here means at once.
@@ -77,24 +100,98 @@ DEPENDS_ON_OTHER_GRAPH = (
 )
 WAIT_ON_NODE_EVENT = "wait method cannot be used for an event associated with a command graph."
 NO_DEVICE_WAIT = "Device does not support aspect::ext_oneapi_device_wait."
-# graph_impl.cpp's texts (intel/llvm), for native recording:
+
+# Native recording. SYCL's own texts, from the libsycl 2026.2.0 binary (intel-sycl-rt; the
+# literals, and the errc each throw site passes to make_error_code):
+# graph_impl::beginRecordingBothLocksHeld.
 NATIVE_SECOND_QUEUE = "Recording the same graph to multiple queues is not supported in native mode"
 NATIVE_QUEUE_CAPTURING = "Queue is already in native graph capture mode"
-# Level Zero's refusals under native recording (errc::runtime; the words are this model's):
-NATIVE_OUTSIDE_EVENT = (
-    "native recording (errc::runtime): a node depends on an event from outside the graph"
+# graph_impl::graph_impl, when the device's UR_DEVICE_INFO_GRAPH_RECORD_AND_REPLAY_SUPPORT_EXP
+# is false (unit: NativeRecordingUnsupportedDevice).
+NATIVE_UNSUPPORTED_DEVICE = (
+    "Device does not support graph record and replay feature "
+    "(UR_DEVICE_INFO_GRAPH_RECORD_AND_REPLAY_SUPPORT_EXP)."
 )
-NATIVE_EVENT_USED_OUTSIDE = (
-    "native recording (errc::runtime): an event of the graph is used outside its recording"
+# handler::finalize, for a host task on a queue that records natively (exception_host_task.cpp;
+# intel/llvm#22143 lets the restricted ``syclex::host_task`` through, not modelled here).
+NATIVE_HOST_TASK = (
+    "Only restricted host tasks may be captured in native recording mode. The restricted host "
+    "tasks API needs to be used and support in the backend required on this device."
 )
+
+# Level Zero's refusals, as SYCL reports a failed UR call: "<backend> backend failed with error: "
+# then codeToString's "<number> (<name>)" (adapter_impl::checkUrResult), or a graph operation's
+# own words then ": " and the same (2026.2.0's checkUrResult<errc::runtime>(result, Msg)). The
+# numbers of the graph codes are unconfirmed (codeToString is not exported, ur_api.h not read):
+# UR_NUMBER stands for them. The names are those the unit tests mock for each failure.
+UR_NUMBER = "<N>"
+# Where no source names the code a failure returns.
+UR_NAME_UNCONFIRMED = "UR_RESULT_ERROR_\N{HORIZONTAL ELLIPSIS}"
+
+
+def _ur_code(name: str) -> str:
+    return f"{UR_NUMBER} ({name})"
+
+
+def _level_zero_failure(name: str) -> str:
+    return f"level_zero backend failed with error: {_ur_code(name)}"
+
+
+# A host wait on recorded work while the graph records: urQueueFinish, urEventWait (unit:
+# RecordingQueueWaitDescriptiveError, RecordedEventHostWaitDescriptiveError).
+NATIVE_WAIT = _level_zero_failure("UR_RESULT_ERROR_GRAPH_CAPTURE_UNSUPPORTED")
+# A recorded node waiting on an event signalled outside the recording (unit:
+# InternalEventDescriptiveError, "a wait event signaled on a non-recording queue").
+NATIVE_OUTSIDE_EVENT = _level_zero_failure("UR_RESULT_ERROR_GRAPH_INTERNAL_EVENT")
+# An event of the graph used outside its recording (unit: InternalEventDescriptiveError, "using a
+# graph-internal event outside of the graph"); the same text as the one above.
+NATIVE_EVENT_USED_OUTSIDE = _level_zero_failure("UR_RESULT_ERROR_GRAPH_INTERNAL_EVENT")
+# A recorded node waiting on a node of another graph being recorded (unit:
+# MergeAttemptDescriptiveError).
+NATIVE_MERGE_ATTEMPT = _level_zero_failure("UR_RESULT_ERROR_GRAPH_CAPTURE_MERGE_ATTEMPT")
+# end_recording with a fork not joined back: clearQueues and end_recording(queue&), unit:
+# UnjoinedForkDescriptiveError.
 NATIVE_UNJOINED_FORK = (
-    "native recording (errc::runtime): end_recording with a forked queue not joined back"
+    f"Error when ending native graph capture: {_ur_code('UR_RESULT_ERROR_GRAPH_UNJOINED_FORKS')}"
 )
-NATIVE_WAIT = "native recording (errc::runtime): a host wait on recorded work"
+# begin_recording of a graph whose recording ended: urQueueBeginCaptureIntoGraphExp fails, with
+# a code no source names (exception_pause_resume_recording.cpp expects errc::runtime).
+NATIVE_RESUME = f"Failed to begin native UR graph capture: {_ur_code(UR_NAME_UNCONFIRMED)}"
+
+# ``sycl::errc`` values, by name (``SyclError.errc``).
+RUNTIME, INVALID, FEATURE_NOT_SUPPORTED = "runtime", "invalid", "feature_not_supported"
+#: The errc each text is thrown with: the libsycl 2026.2.0 binary's make_error_code argument at
+#: the literal's throw site; Level Zero's refusals are errc::runtime (checkUrResult).
+ERRC: dict[str, str] = {
+    WAIT_ON_RECORDING_QUEUE: INVALID,
+    NODE_DEPENDS_ON_OUTSIDE_EVENT: INVALID,
+    BEGIN_ON_RECORDING_QUEUE: INVALID,
+    BARRIER_ON_OUTSIDE_EVENT: INVALID,
+    END_FOR_OTHER_GRAPH: INVALID,
+    DEPENDS_ON_OTHER_GRAPH: INVALID,
+    WAIT_ON_NODE_EVENT: INVALID,
+    NO_DEVICE_WAIT: FEATURE_NOT_SUPPORTED,
+    NATIVE_SECOND_QUEUE: FEATURE_NOT_SUPPORTED,
+    NATIVE_QUEUE_CAPTURING: INVALID,
+    NATIVE_UNSUPPORTED_DEVICE: INVALID,
+    NATIVE_HOST_TASK: FEATURE_NOT_SUPPORTED,
+    NATIVE_WAIT: RUNTIME,
+    NATIVE_OUTSIDE_EVENT: RUNTIME,
+    NATIVE_EVENT_USED_OUTSIDE: RUNTIME,
+    NATIVE_MERGE_ATTEMPT: RUNTIME,
+    NATIVE_UNJOINED_FORK: RUNTIME,
+    NATIVE_RESUME: RUNTIME,
+}
 
 
 class SyclError(RuntimeError):
-    """A ``sycl::exception``; ``str()`` is its ``what()``."""
+    """A ``sycl::exception``; ``str()`` is its ``what()``, ``errc`` its ``sycl::errc``
+    ("runtime", "invalid", "feature_not_supported"): ``errc`` if given, else the one ``ERRC``
+    gives the text, else "runtime" (a UR failure, as the stand-in device injects)."""
+
+    def __init__(self, what: str, errc: str | None = None) -> None:
+        super().__init__(what)
+        self.errc = errc or ERRC.get(what, RUNTIME)
 
 
 class Event:
@@ -113,8 +210,12 @@ class Event:
 
     def wait(self) -> None:
         graph = self.node_of
-        if graph is not None and not graph.destroyed:
-            raise SyclError(NATIVE_WAIT if graph.native else WAIT_ON_NODE_EVENT)
+        if graph is None or graph.destroyed:
+            return
+        if not graph.native:
+            raise SyclError(WAIT_ON_NODE_EVENT)  # event_impl::wait, keyed on the event's graph
+        # Native: the event has no graph in SYCL; urEventWait fails (module docstring).
+        raise SyclError(NATIVE_WAIT if graph.capturing else NATIVE_EVENT_USED_OUTSIDE)
 
 
 class _GraphState:
@@ -128,8 +229,18 @@ class _GraphState:
         self.recording_queues: weakref.WeakSet[Queue] = weakref.WeakSet()
         self.destroyed = False
         self._handles = 0
-        # Native recording: each forked queue's last node, until a recording queue depends on it.
+        # Native recording. The queue that began the recording (graph_impl's MRecordingQueues;
+        # the other recording queues are forks), and whether a recording began (a graph records
+        # once).
+        self.began_by: weakref.WeakSet[Queue] = weakref.WeakSet()
+        self.recorded = False
+        # Each fork's last node, until another queue of the recording depends on it.
         self.unjoined_forks: weakref.WeakKeyDictionary[Queue, Event] = weakref.WeakKeyDictionary()
+
+    @property
+    def capturing(self) -> bool:
+        """Whether a queue records into the graph (natively: Level Zero captures)."""
+        return bool(self.recording_queues)
 
     def held_by(self, handle: object) -> Callable[[], None]:
         """Count ``handle`` as one of the graph's; returns what lets it go (at most once; also
@@ -145,18 +256,32 @@ class _GraphState:
     def stop_recording(self, queue: Queue) -> None:
         queue._recording_into = None
         self.recording_queues.discard(queue)
+        self.began_by.discard(queue)
         self.unjoined_forks.pop(queue, None)
 
+    def end_native_recording(self) -> None:
+        """End the native recording: every queue returns to executing, the forks with the queue
+        that began it (multi_queue.cpp), before a fork not joined back is reported:
+        graph_impl::clearQueues swaps the recording queues out, then ends each and throws on
+        the first failure; UR stops capturing before it rejects the capture (unit:
+        UnjoinedForkDescriptiveError, the queue is executing after)."""
+        unjoined = bool(self.unjoined_forks)
+        for queue in list(self.recording_queues):
+            self.stop_recording(queue)
+        if unjoined:
+            raise SyclError(NATIVE_UNJOINED_FORK)
+
     def note_native_submission(
-        self, queue: Queue, depends_on: Sequence[Event], event: Event, forked: bool
+        self, queue: Queue, depends_on: Sequence[Event], event: Event
     ) -> None:
-        """Keep track of forks: a forked queue's last node is unjoined until some recording
-        queue submits work that depends on it."""
-        for dependency in depends_on:
-            for fork, last in list(self.unjoined_forks.items()):
-                if last is dependency and fork is not queue:
-                    del self.unjoined_forks[fork]
-        if forked or queue in self.unjoined_forks:
+        """Keep track of forks: a fork's last node is unjoined until another queue of the
+        recording submits work that depends on it (multi_queue.cpp,
+        transitive_join_multi_queue.cpp). A fork's own later work is its new last node, so it
+        never joins itself."""
+        for fork, last in list(self.unjoined_forks.items()):
+            if any(last is dependency for dependency in depends_on):
+                del self.unjoined_forks[fork]
+        if queue not in self.began_by:
             self.unjoined_forks[queue] = event
 
 
@@ -196,30 +321,38 @@ class Queue:
         """``ext_oneapi_submit_barrier``: a node, or nothing run, that waits for ``events``."""
         return self._submit(_nothing, events, BARRIER_ON_OUTSIDE_EVENT)
 
+    def host_task(self, task: Kernel, depends_on: Sequence[Event] = ()) -> Event:
+        """``handler::host_task``: ``task`` runs on the host, in order with the queue's work;
+        under command buffers it is a node like a kernel. handler::finalize refuses it on a
+        queue that records natively (``queue_impl::isNativeRecording``: a fork included;
+        exception_host_task.cpp)."""
+        graph = self._recording_into
+        if graph is not None and graph.native:
+            raise SyclError(NATIVE_HOST_TASK)
+        return self.submit(task, depends_on)
+
     def _submit(self, kernel: Kernel, depends_on: Sequence[Event], outside: str) -> Event:
         graph = self._recording_into
-        forked = False
         if graph is None:
             joined = _live_graph_of(depends_on)
             if joined is not None:  # depends on a node of a graph that exists: join it
-                if joined.native and not joined.recording_queues:
+                if joined.native and not joined.capturing:
                     raise SyclError(NATIVE_EVENT_USED_OUTSIDE)
                 joined.recording_queues.add(self)
                 self._recording_into = graph = joined
-                forked = joined.native
         if graph is not None:
             for event in depends_on:
                 if event.node_of is graph:
                     continue
                 if graph.native:
-                    raise SyclError(NATIVE_OUTSIDE_EVENT)
+                    raise SyclError(_native_refusal_of(event))
                 if event.node_of is not None and not event.node_of.destroyed:
                     raise SyclError(DEPENDS_ON_OTHER_GRAPH)  # seen on the CPU
                 raise SyclError(outside)  # spec; seen on the CPU
             graph.nodes.append(kernel)
             event = Event(node_of=graph)
             if graph.native:
-                graph.note_native_submission(self, depends_on, event, forked)
+                graph.note_native_submission(self, depends_on, event)
             return event
         kernel()
         return Event()
@@ -235,6 +368,16 @@ class Queue:
 
 def _nothing() -> None:
     pass
+
+
+def _native_refusal_of(event: Event) -> str:
+    """What Level Zero says of a recorded node that depends on ``event``, not of its graph: a
+    node of another graph being recorded would merge two captures (exception_merge.cpp), any
+    other event is from outside the recording (exception_external_event.cpp)."""
+    other = event.node_of
+    if other is not None and not other.destroyed and other.native and other.capturing:
+        return NATIVE_MERGE_ATTEMPT
+    return NATIVE_OUTSIDE_EVENT
 
 
 def _live_graph_of(events: Sequence[Event]) -> _GraphState | None:
@@ -264,7 +407,9 @@ class CommandGraph:
     garbage collection), every queue recording into it returns to executing, and what they
     recorded is dropped (seen on the CPU runtime)."""
 
-    def __init__(self, native: bool = False) -> None:
+    def __init__(self, native: bool = False, device: Device | None = None) -> None:
+        if native and device is not None and not device.record_and_replay:
+            raise SyclError(NATIVE_UNSUPPORTED_DEVICE)  # graph_impl::graph_impl
         self._state = _GraphState(native)
         self._let_go = self._state.held_by(self)
 
@@ -273,31 +418,46 @@ class CommandGraph:
         return self._state.native
 
     def begin_recording(self, queue: Queue) -> None:
+        """The checks in the order of libsycl 2026.2.0's ``begin_recording`` then
+        ``graph_impl::beginRecordingBothLocksHeld`` (module docstring)."""
         state = self._state
-        if queue._recording_into is not None:
-            native = state.native or queue._recording_into.native
-            raise SyclError(NATIVE_QUEUE_CAPTURING if native else BEGIN_ON_RECORDING_QUEUE)
-        if state.native and state.recording_queues:
+        recording = queue._recording_into
+        if recording is not None and not recording.native:  # the queue's command graph
+            raise SyclError(BEGIN_ON_RECORDING_QUEUE)
+        if state.native and state.began_by:
             raise SyclError(NATIVE_SECOND_QUEUE)
+        if recording is not None:  # Level Zero captures on the queue
+            # (For a graph of command buffers the binary checks no capture: it would give the
+            # capturing queue a command graph too. The model refuses the same way.)
+            raise SyclError(NATIVE_QUEUE_CAPTURING)
+        if state.native:
+            if state.recorded:  # urQueueBeginCaptureIntoGraphExp fails; the queue executes
+                raise SyclError(NATIVE_RESUME)
+            state.recorded = True
+            state.began_by.add(queue)
         queue._recording_into = state
         state.recording_queues.add(queue)
 
     def end_recording(self, queue: Queue | None = None) -> None:
         """End the recording of ``queue``, or of every queue recording into this graph."""
         state = self._state
-        if state.native and state.unjoined_forks:
-            raise SyclError(NATIVE_UNJOINED_FORK)
-        if state.native:
-            queue = None  # one recording, with its forks: it ends whole
-        if queue is None:
+        if queue is None:  # graph_impl::clearQueues
+            if state.native:
+                state.end_native_recording()
             for recording in list(state.recording_queues):
                 state.stop_recording(recording)
             return
-        if queue._recording_into is None:
+        if state.native and queue in state.began_by:  # graph_impl::isQueueRecording
+            state.end_native_recording()
             return
-        if queue._recording_into is not state:
+        recording = queue._recording_into
+        if recording is None or (recording is not state and recording.native):
+            return  # nothing records, or no command graph of SYCL's: nothing to end
+        if recording is not state:
             raise SyclError(END_FOR_OTHER_GRAPH)
-        state.stop_recording(queue)
+        if not state.native:
+            state.stop_recording(queue)
+        # A fork of this native recording: not a queue that began it, ended with that one.
 
     def finalize(self) -> ExecutableGraph:
         return ExecutableGraph(self._state)
@@ -320,7 +480,12 @@ def _destroy(state: _GraphState) -> None:
 
 
 class Device:
-    """The device queues run on: the OpenCL CPU device has no device-wide wait."""
+    """The device queues run on: the OpenCL CPU device has no device-wide wait.
+    ``record_and_replay``: whether the device can record natively
+    (``UR_DEVICE_INFO_GRAPH_RECORD_AND_REPLAY_SUPPORT_EXP``)."""
+
+    def __init__(self, record_and_replay: bool = True) -> None:
+        self.record_and_replay = record_and_replay
 
     def wait(self) -> None:
         raise SyclError(NO_DEVICE_WAIT)
@@ -329,14 +494,14 @@ class Device:
 class Runtime:
     """The calls ``tests/sycl_rules/test_sycl_rules_differential.py`` makes of both runtimes."""
 
-    def __init__(self) -> None:
-        self.device = Device()
+    def __init__(self, device: Device | None = None) -> None:
+        self.device = device or Device()
 
     def new_queue(self) -> Queue:
         return Queue()
 
     def new_graph(self, queue: Queue, native: bool = False) -> CommandGraph:
-        return CommandGraph(native)
+        return CommandGraph(native, self.device)
 
     def new_counter(self) -> Counter:
         return Counter()

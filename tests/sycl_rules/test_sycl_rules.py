@@ -240,69 +240,7 @@ def test_a_recording_queue_that_depends_on_another_graphs_node_throws_sycls_text
         second.wait_event(event)
 
 
-# -- native recording (read from intel/llvm; Intel's runtime on the CPU cannot record natively) --
-
-
-def test_native_recording_takes_one_queue_per_graph():
-    """graph_impl.cpp: "Recording the same graph to multiple queues is not supported in
-    native mode" (NativeRecording/exception_multi_queue_recording.cpp)."""
-    first, second = sycl.Queue(), sycl.Queue()
-    graph = sycl.CommandGraph(native=True)
-    graph.begin_recording(first)
-    with pytest.raises(sycl.SyclError, match="multiple queues"):
-        graph.begin_recording(second)
-    assert second.state == "executing"
-
-
-def test_native_recording_takes_a_fork_that_is_joined_back():
-    """NativeRecording/multi_queue.cpp: a queue that depends on a recorded node joins the
-    recording; once the recording queue depends on its last node, the recording ends."""
-    origin, forked, counter = sycl.Queue(), sycl.Queue(), sycl.Counter()
-    graph = sycl.CommandGraph(native=True)
-    graph.begin_recording(origin)
-    fork = origin.submit(counter.increment)
-    branch = forked.submit(counter.increment, depends_on=[fork])
-    assert forked.state == "recording"
-    origin.submit(counter.increment, depends_on=[branch])
-    graph.end_recording()
-    assert (origin.state, forked.state) == ("executing", "executing")
-    origin.submit_graph(graph.finalize())
-    assert counter.value == 3
-
-
-def test_native_recording_refuses_to_end_with_a_fork_not_joined_back():
-    """NativeRecording/exception_unjoined_fork.cpp: errc::runtime at end_recording."""
-    origin, forked, counter = sycl.Queue(), sycl.Queue(), sycl.Counter()
-    graph = sycl.CommandGraph(native=True)
-    graph.begin_recording(origin)
-    forked.submit(counter.increment, depends_on=[origin.submit(counter.increment)])
-    with pytest.raises(sycl.SyclError, match="not joined back"):
-        graph.end_recording()
-    assert origin.state == "recording"
-
-
-def test_native_recording_lets_no_queue_join_after_its_recording_ended():
-    """NativeRecording/exception_external_event.cpp: an event of the graph used outside the
-    recording throws (under command buffers the queue would join the graph instead)."""
-    origin, later = sycl.Queue(), sycl.Queue()
-    graph = sycl.CommandGraph(native=True)
-    graph.begin_recording(origin)
-    recorded = origin.submit_barrier()
-    graph.end_recording()
-    executable = graph.finalize()
-    with pytest.raises(sycl.SyclError, match="used outside its recording"):
-        later.submit_barrier([recorded])
-    assert later.state == "executing"
-    del executable
-
-
-def test_native_recording_refuses_a_dependency_on_an_event_from_before_it():
-    origin = sycl.Queue()
-    before = origin.submit_barrier()
-    graph = sycl.CommandGraph(native=True)
-    graph.begin_recording(origin)
-    with pytest.raises(sycl.SyclError, match="from outside the graph"):
-        origin.submit_barrier([before])
+# -- recording modes (native recording's rules: tests/sycl_rules/test_native_recording.py) --
 
 
 @pytest.mark.parametrize(

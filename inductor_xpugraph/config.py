@@ -154,10 +154,10 @@ _export_static_inputs: tuple = ()
 xpu_graph_api: str = _from_environment("xpu_graph_api", "INDUCTOR_XPUGRAPH_XPU_GRAPH_API", "xpu")
 
 # How torch's XPUGraph records on the xpu devices of this process, which decides what the xpu
-# do-not-capture list holds (trees.backends.xpu_recording): "auto" as torch chooses (torch
-# >= 2.14 records natively through Level Zero except on Data Center GPU Max, or wherever
-# SYCL_GRAPH_FORCE_NATIVE_RECORDING=1), or "command-buffer" / "native" where you know better
-# (a build that keeps command buffers). Read at each compile.
+# do-not-capture list holds (trees.backends.xpu_recording): "auto" as found on the running
+# torch (what the build settles, else a probe capture on the device, once per process, else
+# the release's rule: torch >= 2.14 natively through Level Zero except on Data Center GPU
+# Max), or "command-buffer" / "native" where you know better. Read at each compile.
 xpu_recording: str = _from_environment("xpu_recording", "INDUCTOR_XPUGRAPH_XPU_RECORDING", "auto")
 
 install_config_module(sys.modules[__name__])

@@ -9,6 +9,9 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
   a value it accepts (a bad one makes the import raise ValueError);
 - per device (xpu, cuda): available or not, its name, the graph API the backend needs;
   no device at all is a WARN (only the CPU emulator runs: tests and demos);
+- per xpu device: how torch's XPUGraph records there (command buffers or natively), and how
+  that was found: from the setting, from the build, probed, or assumed from the release (a
+  WARN: the probe could not tell; ``trees.backends.xpu_recording``);
 - Triton, which Inductor needs to generate the kernels of an available device;
 - the stale-output error path: torch's binding, else the package's compiled module (found,
   never built here: ``python -m inductor_xpugraph build`` builds it), else copies or
@@ -21,7 +24,9 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
   (``device_probe``), and each operator of the device's do-not-capture list tried there. With
   ``--device cpu --sycl-rules RELEASE``, the CPU under SYCL Graph's rules as torch RELEASE's
   XPU runtime meets them (``sycl_rules.on_cpu``): what that release would refuse on an Intel
-  GPU, shown on the stand-in (a first ``sycl rules`` line says so), not an XPU measurement.
+  GPU, shown on the stand-in (a first ``sycl rules`` line says so, with the stand-in's
+  recording mode, how it was chosen, and what the recording probe finds on it), not an XPU
+  measurement.
 
 No check raises: one that does is a FAIL line with its error. A bad setting does not stop the
 command either: ``python -m inductor_xpugraph`` imports the package before it runs, and that
@@ -341,18 +346,64 @@ def _guarded_value(run: Callable[[], Any], default: Any) -> Any:
 
 
 def check_sycl_rules(release: str) -> Finding:
-    """The first line of a doctor run under ``--sycl-rules``: what its probe lines are."""
-    from ..sycl_rules.releases import rule_set, why_rules_record_so
+    """The first line of a doctor run under ``--sycl-rules``: what its probe lines are, the
+    stand-in's recording mode and how it was chosen, and what the recording probe
+    (``recording_probe``) finds on the stand-in: WARN where it finds another mode or none."""
+    from ..sycl_rules.releases import rule_set
+    from ..sycl_rules.torch_xpu import StandInXpu
+    from ..trees.backends.recording_probe import probe_recording_mode
+    from ..trees.backends.xpu_recording import decide
     from .probe_report import stand_in_words
 
     rules, recording = rule_set(release)
+    chosen = decide(
+        rules.number,
+        setting=recording or "auto",
+        set_by=f"chosen with --sycl-rules {release}",
+    )
+    probed = probe_recording_mode(StandInXpu(rules, recording), captures_key="cpu:0")
+    took = f"{probed.seconds * 1e3:.1f} ms"
+    if probed.mode == chosen.mode:
+        status, found = Status.OK, f"finds {probed.mode} too ({took})"
+    elif probed.mode is None:
+        status, found = Status.WARN, f"cannot tell ({took}): {probed.why}"
+    else:
+        status, found = Status.WARN, f"finds {probed.mode} ({took}): {probed.why}"
     return Finding(
         "sycl rules",
-        Status.OK,
-        f"{stand_in_words(release)}; recording: {why_rules_record_so(rules, recording)}. The "
-        "graphs and do-not-capture list lines below say what records there and why, in SYCL's "
-        "words; not speed, nor any kernel's own behaviour",
+        status,
+        f"{stand_in_words(release)}; recording: {chosen.mode}: {chosen.why} ({chosen.found}); "
+        f"the recording probe on the stand-in {found}. The graphs and do-not-capture list "
+        "lines below say what records there and why, in SYCL's words; not speed, nor any "
+        "kernel's own behaviour",
+        "" if status is Status.OK else "a bug of the stand-in or of the probe: report it",
     )
+
+
+def check_xpu_recording(devices: list[str]) -> list[Finding]:
+    """How torch's XPUGraph records on each xpu device here (``xpu_recording``), and how that
+    was found: WARN where only assumed from the release (the probe could not tell)."""
+    if "xpu" not in devices:
+        return []
+    from ..trees.backends.devices import torch_release
+    from ..trees.backends.xpu_recording import ASSUMED, device_recording
+
+    findings = []
+    for index in range(torch.xpu.device_count()):
+        decision = device_recording(torch_release(), index)
+        assumed = decision.found == ASSUMED
+        findings.append(
+            Finding(
+                "xpu recording",
+                Status.WARN if assumed else Status.OK,
+                f"xpu:{index}: {decision.line()}",
+                "where you know how this build records, set it: "
+                "INDUCTOR_XPUGRAPH_XPU_RECORDING=command-buffer or =native"
+                if assumed
+                else "",
+            )
+        )
+    return findings
 
 
 NOTHING_TO_PROBE = (
@@ -399,6 +450,7 @@ def diagnose(
         *_guarded("torch", check_torch),
         *settings,
         *_guarded("device", lambda: check_devices(devices)),
+        *_guarded("xpu recording", lambda: check_xpu_recording(devices)),
         *_guarded("triton", lambda: check_triton(devices)),
         *_guarded("stale-output errors", check_stale_output_errors),
         *_guarded("upstream settings", check_upstream_settings),

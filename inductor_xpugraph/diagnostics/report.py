@@ -10,7 +10,9 @@ matplotlib: ``pip install inductor-xpugraph[report]``); the records are ``report
   user's source line of its graph;
 - every compiled callable: warming up, graphed, or fallen back for good;
 - every event (skip, fallback, re-record, liveness fallback, start over, pending backward)
-  with its reason, graph, source line and count.
+  with its reason, graph, source line and count;
+- how XPUGraph records on each xpu device (command buffers or natively), and how that was
+  found (from the setting, from the build, probed, assumed from the release).
 
 ``python -m inductor_xpugraph report script.py [args]`` runs a script and prints its report
 at the end; ``INDUCTOR_XPUGRAPH_REPORT=1`` (or ``=tree.png``) prints (and draws) it at exit.
@@ -55,10 +57,31 @@ def report(path: str | os.PathLike[str] | None = None) -> Report:
         ),
         counters=stats.counts(),
         hint=not_enabled_hint(),
+        recording=recording_lines(),
     )
     if path is not None:
         draw(snapshot, os.fspath(path))
     return snapshot
+
+
+def recording_lines() -> tuple[str, ...]:
+    """How XPUGraph records on each xpu device the process decided it for (a compile for the
+    device decides it: ``xpu_recording.device_recording``), and on the stand-in device while
+    ``sycl_rules.on_cpu`` is in force (found by the recording probe, once per stand-in)."""
+    from ..trees.backends.xpu_recording import decisions, device_recording
+
+    lines = [f"{device}: {decision.line()}" for device, decision in decisions().items()]
+    rules = sys.modules.get("inductor_xpugraph.sycl_rules.backend")
+    stand_in = getattr(rules, "_device", None)
+    if stand_in is not None:
+        version = stand_in.release.version
+        decision = device_recording(
+            stand_in.release.number, module=stand_in, setting="auto", captures_key="cpu:0"
+        )
+        if decision.mode != stand_in.recording:  # the probe could not tell, and assumed
+            decision = decision._replace(mode=stand_in.recording, found="as the stand-in was made")
+        lines.append(f"cpu:0 (standing in for xpu, torch {version}'s rules): {decision.line()}")
+    return tuple(lines)
 
 
 def counters() -> dict[str, object]:

@@ -93,6 +93,10 @@ class Report:
     counters: dict[str, object]
     # Why nothing may have been captured (``report.not_enabled_hint``), or None.
     hint: str | None = None
+    # How XPUGraph records on each xpu device this process decided it for, and how that was
+    # found ("xpu:0: native, probed: ..."; ``trees.backends.xpu_recording``), the stand-in of
+    # ``sycl_rules.on_cpu`` included.
+    recording: tuple[str, ...] = ()
 
     def nodes(self) -> list[NodeReport]:
         return [node for tree in self.trees for node in tree.nodes()]
@@ -132,6 +136,7 @@ def _text(report: Report) -> str:
     ]
     if report.hint:
         lines.append(f"hint: {report.hint}")
+    lines.extend(f"xpu recording: {line}" for line in report.recording)
     for tree in report.trees:
         lines.append(
             f"tree {tree.device}, thread {tree.thread} ({tree.memory}): pool "

@@ -25,7 +25,7 @@ from typing import Any
 
 from ... import config
 from .devices import device, torch_release
-from .xpu_recording import device_recording_mode
+from .xpu_recording import COMMAND_BUFFER, RECORDING_MODES, device_recording
 from .xpu_unrecordable_ops import LibraryVersion, Listed, installed_library_version
 
 
@@ -36,16 +36,21 @@ def listed_ops(
     library_version: LibraryVersion = installed_library_version,
 ) -> dict[str, str]:
     """The operators graphs on ``device_type`` do not record under torch ``release`` (the
-    installed one by default) and ``recording`` mode (by default ``config.xpu_recording``,
-    whose "auto" is the mode of device 0 of this process: ``xpu_recording``), with the
-    libraries installed here (``library_version``), with why."""
+    installed one by default) and ``recording`` mode (by default that of device 0 of this
+    process: ``config.xpu_recording``, else as found there, ``xpu_recording.device_recording``;
+    asked only where an entry depends on it), with the libraries installed here
+    (``library_version``), with why."""
     entries = device(device_type).unrecordable_ops
     if not entries:
         return {}
     release = release or torch_release()
     if recording is None:
-        chosen = config.xpu_recording
-        recording = device_recording_mode(release) if chosen == "auto" else chosen
+        depends = any(
+            isinstance(entry, Listed) and set(entry.recordings) != set(RECORDING_MODES)
+            for entry in entries.values()
+        )
+        # Where no entry depends on it, any mode gives the same list: none is looked for.
+        recording = device_recording(release).mode if depends else COMMAND_BUFFER
     listed = {}
     for op, entry in entries.items():
         entry = entry if isinstance(entry, Listed) else Listed(entry)

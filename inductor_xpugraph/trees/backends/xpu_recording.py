@@ -22,12 +22,33 @@ Center GPU Max (PVC, ``XPU_GRAPH_IS_PVC_ARCHITECTURE`` in ``aten/src/ATen/xpu/XP
 A copy of a later PyTorch main also compiles native recording out of builds with XCCL
 (``#if !defined(USE_C10D_XCCL)``, "Native recording is incompatible with dynamically adding
 the XCCL queue"); whether a release ships that form is not known here, so it is not assumed.
+Which form the released 2.14 and 2.15 wheels ship is not settled by any source read here.
+
+So the package finds the mode of an xpu device of this process (``device_recording``) from
+the running torch, in this order, and says how (``Decision.found``):
+
+1. "from the setting": ``config.xpu_recording`` when it is not "auto";
+2. "from the build", where the build settles it: a torch before 2.14, or one whose SYCL
+   compiler predates oneAPI 2026.1 (``torch.__config__.show()``), has no native recording;
+   ``SYCL_GRAPH_FORCE_NATIVE_RECORDING=1`` makes every graph native;
+3. "probed": a throw-away capture on a side stream of the device, whose host wait fails
+   differently in the two modes (``recording_probe``), once per process and device;
+4. "assumed from the release", where the probe could not tell (no device, a capture open, an
+   answer it does not know, said with the mode): the rules above, by torch release and
+   device name.
+
+``decide`` is the one place that decides; ``recording_mode`` is its answer for a release and
+device without a probe (the stand-in of ``sycl_rules`` is built with it).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+import re
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 COMMAND_BUFFER = "command-buffer"
 NATIVE = "native"
@@ -37,6 +58,94 @@ RECORDING_MODES = (COMMAND_BUFFER, NATIVE)
 FORCE_NATIVE = "SYCL_GRAPH_FORCE_NATIVE_RECORDING"
 #: The first torch release whose ``XPUGraph`` asks for native recording (pytorch#188874).
 FIRST_NATIVE_RELEASE = (2, 14)
+#: The first SYCL compiler (oneAPI 2026.1) with ``property::graph::enable_native_recording``:
+#: pytorch#188874 asks for native recording ``#if SYCL_COMPILER_VERSION >= 20260100``.
+FIRST_NATIVE_SYCL_COMPILER = 20260100
+
+# How a mode was found (``Decision.found``), most certain first.
+FROM_SETTING = "from the setting"
+FROM_BUILD = "from the build"
+PROBED = "probed"
+ASSUMED = "assumed from the release"
+HOW_FOUND = (FROM_SETTING, FROM_BUILD, PROBED, ASSUMED)
+
+
+class Decision(NamedTuple):
+    """A recording mode, how it was found (``HOW_FOUND``), and why, in words."""
+
+    mode: str
+    found: str
+    why: str
+
+    def line(self) -> str:
+        """The decision in one line: "native, probed: <why>"."""
+        return f"{self.mode}, {self.found}: {self.why}"
+
+
+def decide(
+    release: tuple[int, int],
+    *,
+    setting: str = "auto",
+    set_by: str | None = None,
+    data_center_max: bool = False,
+    environ: Mapping[str, str] = os.environ,
+    sycl_compiler: int | None = None,
+    probe: Callable[[], Any] | None = None,
+) -> Decision:
+    """The one place the mode is decided (module docstring): ``setting`` (a mode, or "auto";
+    ``set_by``: who chose it, in words, where not ``config.xpu_recording``); what the build
+    says (``release``, ``sycl_compiler``: its SYCL_COMPILER_VERSION where known, ``environ``);
+    else ``probe()`` (a ``recording_probe.ProbeResult``, asked only here, only when needed);
+    else the assumption for ``release`` on a device that is (``data_center_max``) or is not a
+    Data Center GPU Max."""
+    version = f"{release[0]}.{release[1]}"
+    if setting != "auto":
+        return Decision(
+            setting, FROM_SETTING, set_by or f"inductor_xpugraph.config.xpu_recording = {setting!r}"
+        )
+    if release < FIRST_NATIVE_RELEASE:  # its oneAPI predates native recording
+        return Decision(
+            COMMAND_BUFFER,
+            FROM_BUILD,
+            f"torch {version}'s XPUGraph records through SYCL Graph's command buffers",
+        )
+    if sycl_compiler is not None and sycl_compiler < FIRST_NATIVE_SYCL_COMPILER:
+        return Decision(
+            COMMAND_BUFFER,
+            FROM_BUILD,
+            f"this torch was built with SYCL compiler {sycl_compiler}, before oneAPI 2026.1's "
+            "native recording (pytorch/pytorch#188874 asks for it from 20260100)",
+        )
+    if environ.get(FORCE_NATIVE) == "1":
+        return Decision(
+            NATIVE,
+            FROM_BUILD,
+            f"{FORCE_NATIVE}=1 makes SYCL record every graph natively (intel/llvm#22053)",
+        )
+    untold = ""
+    if probe is not None:
+        found = probe()
+        if found.mode in RECORDING_MODES:
+            return Decision(
+                found.mode,
+                PROBED,
+                f"{found.why} (a throw-away capture on a side stream, "
+                f"{found.seconds * 1e3:.1f} ms)",
+            )
+        untold = f"; the probe could not tell: {found.why}"
+    if data_center_max:
+        return Decision(
+            COMMAND_BUFFER,
+            ASSUMED,
+            f"torch {version}'s XPUGraph keeps command buffers on Data Center GPU Max (PVC); "
+            f"{FORCE_NATIVE}=1 would force native recording{untold}",
+        )
+    return Decision(
+        NATIVE,
+        ASSUMED,
+        f"torch {version}'s XPUGraph records through Level Zero on a client GPU "
+        f"(pytorch/pytorch#188874; Data Center GPU Max keeps command buffers){untold}",
+    )
 
 
 def recording_mode(
@@ -46,8 +155,9 @@ def recording_mode(
     environ: Mapping[str, str] = os.environ,
 ) -> str:
     """The recording mode of torch ``release``'s ``XPUGraph`` on a device (``data_center_max``:
-    a Data Center GPU Max, PVC), in a process with ``environ``."""
-    return _decide(release, data_center_max, environ)[0]
+    a Data Center GPU Max, PVC), in a process with ``environ``, as the sources read say (no
+    setting, no probe)."""
+    return decide(release, data_center_max=data_center_max, environ=environ).mode
 
 
 def why_recording_mode(
@@ -57,31 +167,8 @@ def why_recording_mode(
     environ: Mapping[str, str] = os.environ,
 ) -> str:
     """``recording_mode``'s answer, in words: which mode, and what decided it."""
-    mode, why = _decide(release, data_center_max, environ)
+    mode, _, why = decide(release, data_center_max=data_center_max, environ=environ)
     return f"{mode}: {why}"
-
-
-def _decide(
-    release: tuple[int, int], data_center_max: bool, environ: Mapping[str, str]
-) -> tuple[str, str]:
-    """The one place the mode is decided: (mode, what decided it)."""
-    version = f"{release[0]}.{release[1]}"
-    if release < FIRST_NATIVE_RELEASE:  # its oneAPI predates native recording
-        return (
-            COMMAND_BUFFER,
-            f"torch {version}'s XPUGraph records through SYCL Graph's command buffers",
-        )
-    if environ.get(FORCE_NATIVE) == "1":
-        return NATIVE, f"{FORCE_NATIVE}=1 makes SYCL record every graph natively (intel/llvm#22053)"
-    if data_center_max:
-        return COMMAND_BUFFER, (
-            f"torch {version}'s XPUGraph keeps command buffers on Data Center GPU Max (PVC); "
-            f"{FORCE_NATIVE}=1 would force native recording"
-        )
-    return NATIVE, (
-        f"torch {version}'s XPUGraph records through Level Zero on a client GPU "
-        f"(pytorch/pytorch#188874; Data Center GPU Max keeps command buffers)"
-    )
 
 
 def is_data_center_max(device_name: str) -> bool:
@@ -89,13 +176,90 @@ def is_data_center_max(device_name: str) -> bool:
     return "Data Center GPU Max" in device_name
 
 
-def device_recording_mode(release: tuple[int, int], device_index: int = 0) -> str:
-    """The recording mode of torch ``release``'s ``XPUGraph`` on xpu device ``device_index``
-    of this process (a device that cannot be asked counts as a client GPU)."""
+@functools.cache
+def build_sycl_compiler() -> int | None:
+    """The SYCL_COMPILER_VERSION this torch was built with (``torch.__config__.show()``,
+    pytorch#174661), or None where it does not say (a build without XPU)."""
     import torch
 
     try:
-        name = torch.xpu.get_device_properties(device_index).name
+        shown = torch.__config__.show()
+    except Exception:
+        return None
+    found = re.search(r"SYCL_COMPILER_VERSION\D{0,8}(\d{8})", shown)
+    return int(found.group(1)) if found else None
+
+
+# The decisions made for this process's xpu devices (torch's, not a stand-in), for ``report()``.
+_decisions: dict[str, Decision] = {}
+_decisions_lock = threading.Lock()
+
+
+def device_recording(
+    release: tuple[int, int],
+    device_index: int = 0,
+    *,
+    module: Any = None,
+    setting: str | None = None,
+    captures_key: str | None = None,
+) -> Decision:
+    """How torch ``release``'s ``XPUGraph`` records on xpu device ``device_index`` of this
+    process (``module``: the device module, ``torch.xpu`` by default; ``captures_key``: the
+    device as the package's captures on it name it, "xpu:0" by default), and how that was
+    found (module docstring): ``setting`` is ``config.xpu_recording`` by default; the probe
+    runs once per process and device (``recording_probe``), never where the device module has
+    no device. Never raises."""
+    import torch
+
+    from ... import config
+
+    module = torch.xpu if module is None else module
+    setting = config.xpu_recording if setting is None else setting
+    name = ""
+    available = False
+    try:
+        available = bool(module.is_available()) and device_index < module.device_count()
+        if available and module is torch.xpu:
+            name = torch.xpu.get_device_properties(device_index).name
     except Exception:  # no xpu device in this process (fake devices, codegen on the CPU)
-        name = ""
-    return recording_mode(release, data_center_max=is_data_center_max(name))
+        available = False
+
+    def probe() -> Any:
+        from .recording_probe import ProbeResult, recording_probed
+
+        if not available:
+            return ProbeResult(None, f"no xpu device {device_index} in this process", ran=False)
+        if module is not torch.xpu:
+            return recording_probed(module, device_index, captures_key=captures_key)
+        from .devices import DEVICES
+
+        return recording_probed(
+            module,
+            device_index,
+            captures_key=captures_key,
+            end_allocate_to_pool=getattr(torch._C, "_xpu_endAllocateToPool", None),
+            failure_leaves_host_routing=DEVICES["xpu"].failure_leaves_host_routing,
+        )
+
+    decision = decide(
+        release,
+        setting=setting,
+        data_center_max=is_data_center_max(name),
+        sycl_compiler=build_sycl_compiler() if module is torch.xpu else None,
+        probe=probe,
+    )
+    if available and module is torch.xpu:
+        with _decisions_lock:
+            _decisions[f"xpu:{device_index}"] = decision
+    return decision
+
+
+def device_recording_mode(release: tuple[int, int], device_index: int = 0) -> str:
+    """``device_recording``'s mode."""
+    return device_recording(release, device_index).mode
+
+
+def decisions() -> dict[str, Decision]:
+    """The latest decision made for each device of this process that has one ("xpu:0")."""
+    with _decisions_lock:
+        return dict(_decisions)

@@ -166,11 +166,12 @@ def no_library(library: str) -> None:
     return None
 
 
-def _waits(how: str) -> Listed:
+def _waits(how: str, seen: str = "vllm-project/vllm-xpu-kernels#567") -> Listed:
+    """``seen``: where a real card threw SYCL's wait text inside a capture for such a wait."""
     return Listed(
         f"its XPU kernel waits on the host ({how}), and SYCL Graph refuses a host wait on "
         f"recorded work: 'wait method cannot be used for an event associated with a command "
-        f"graph.'",
+        f"graph.' ({seen})",
         waits_on_host=True,
     )
 
@@ -184,7 +185,8 @@ HOST_WAITING_OPS: dict[str, Listed] = {
         f"it runs the full nonzero kernel, which reads its count back, {_TXO}Nonzero.cpp"
     ),
     "aten::embedding_dense_backward": _waits(
-        f"pstl::copy_if and an .item() of the segment count, {_TXO}sycl/EmbeddingBackwardKernel.h"
+        f"pstl::copy_if and an .item() of the segment count, {_TXO}sycl/EmbeddingBackwardKernel.h",
+        seen="intel/torch-xpu-ops#4717, pytorch/torchtitan#4547",
     ),
     "aten::_embedding_bag_backward": _waits(
         f"the embedding backward's pstl::copy_if and .item(), {_TXO}sycl/EmbeddingBag.cpp"

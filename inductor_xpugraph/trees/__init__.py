@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import messages, stats
+from .backends.unrecordable_ops import forget_capture_failures
 from .debug_checks import graphed_type
 from .graphed_callable import GraphedCallable, _clear_pending_backward, reset_all_callables
 from .lifetime import PartitionlessRunner
@@ -144,6 +145,7 @@ def reset() -> None:
         tree.backend.wait_for_other_captures()
         tree.reset()
     reset_all_callables()
+    forget_capture_failures()
     stats.clear()
 
 

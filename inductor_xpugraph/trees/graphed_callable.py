@@ -58,6 +58,7 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 
 from .. import config
 from . import messages, stats
+from .backends import unrecordable_ops
 from .decision import EAGERLY, PLAIN, Action, Decision, Leave, RecordKind
 from .failed_operator import operator_that_raised
 from .inputs import InputBuffers, InputNames, StaticInput, input_identity
@@ -737,6 +738,11 @@ class GraphedCallable:
         raises = config.capture_failure_raises or self.policy.settings.raise_on_skip
         stats.counters["capture_failures"] += 1
         operator = operator_that_raised(error, self.fn)
+        if operator is not None:
+            device_type = tree.device.split(":")[0]
+            unrecordable_ops.note_capture_failed_in(
+                device_type, operator.name, messages.first_line(error)
+            )
         reason = messages.capture_failed(tree.device, error, raises, operator)
         self.policy.stop(reason)
         stats.record_event(stats.EventKind.FALLBACK, reason, self.name, self.source)

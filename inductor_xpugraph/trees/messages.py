@@ -134,9 +134,11 @@ def capture_failed(
         )
     else:
         way_out = (
-            f"It failed in {operator.name} (`{operator.line}`): to capture the rest of the graph "
-            f"around it, set inductor_xpugraph.config.never_capture_ops = ('{operator.name}',) "
-            f"(or INDUCTOR_XPUGRAPH_NEVER_CAPTURE_OPS={operator.name}) before compiling"
+            f"It failed in {operator.name} (`{operator.line}`): graphs compiled from now on in "
+            f"this process partition it out, and keep their graphs around it (this one stays "
+            f"un-graphed until it is compiled again). To do so from the first compile, set "
+            f"inductor_xpugraph.config.never_capture_ops = ('{operator.name}',) (or "
+            f"INDUCTOR_XPUGRAPH_NEVER_CAPTURE_OPS={operator.name})"
         )
     return (
         f"its capture on {device} failed with {first_line(error)}; {outcome}, and it runs "

@@ -96,6 +96,7 @@ def fresh_runtime():
     with inductor_xpugraph.config.patch(warmup_runs=1):
         yield
     torch._dynamo.reset()
+    inductor_xpugraph.reset()  # and the operators captures failed in
 
 
 def fallback_reasons() -> list[str]:
@@ -188,6 +189,7 @@ def test_a_custom_operator_that_waits_on_the_host_gives_eager_values_and_is_name
     (reason,) = fallback_reasons()
     assert "It failed in xpugraph_host_waits::scale_by_sum" in reason
     assert "never_capture_ops = ('xpugraph_host_waits::scale_by_sum',)" in reason
+    assert "graphs compiled from now on in this process partition it out" in reason
 
 
 def test_the_named_operator_in_never_capture_ops_leaves_no_capture_to_fail():
@@ -287,3 +289,28 @@ def test_a_compiled_call_inside_a_users_capture_runs_in_it_without_replaying():
         users.replay()
         torch.testing.assert_close(inside, x)
     assert inductor_xpugraph.stats()["replays"] == replays
+
+
+def test_later_compiles_leave_out_the_operator_a_capture_failed_in():
+    with sycl_rules.on_cpu("2.13"):
+        compiled = torch.compile(waits_in_the_middle, mode="reduce-overhead", dynamic=False)
+        for _ in range(3):
+            compiled(torch.randn(8))
+        for _ in range(3):  # a new shape: compiled again, without trying to capture the op
+            y = torch.randn(16)
+            torch.testing.assert_close(compiled(y), waits_in_the_middle(y))
+    assert inductor_xpugraph.stats()["capture_failures"] == 1
+    said = " ".join(e.reason for e in inductor_xpugraph.report().events)
+    assert "xpugraph_host_waits::scale_by_sum is not captured on cpu: a capture failed in it" in said
+
+
+def test_reset_forgets_the_operators_captures_failed_in():
+    with sycl_rules.on_cpu("2.13"):
+        compiled = torch.compile(waits_in_the_middle, mode="reduce-overhead", dynamic=False)
+        for _ in range(3):
+            compiled(torch.randn(8))
+        inductor_xpugraph.reset()
+        torch._dynamo.reset()
+        for _ in range(3):
+            compiled(torch.randn(8))
+    assert inductor_xpugraph.stats()["capture_failures"] == 1  # tried, and failed, again

@@ -15,7 +15,11 @@ it is the xpu list of the release the rules are for, named by the CPU operators 
 the xpu ones (the stand-in's ``Device.stands_for``).
 
 ``config.allow_capture_ops`` takes operators off a device's list (where a newer runtime records
-them); ``config.never_capture_ops`` adds operators on every device.
+them); ``config.never_capture_ops`` adds operators on every device. An operator a capture failed
+in, in this process (``note_capture_failed_in``: the line of the generated module the device's
+error passed through named it), is partitioned out of every graph compiled after, until
+``reset()``: a model's later compiles (a new shape, its backward, another function) keep their
+graphs around it.
 """
 
 from __future__ import annotations
@@ -65,9 +69,25 @@ def stood_for(device_type: str) -> Mapping[str, str]:
     return device(device_type).stands_for
 
 
+#: device type -> operator a capture failed in, in this process -> the device's error.
+_failed_in: dict[str, dict[str, str]] = {}
+
+
+def note_capture_failed_in(device_type: str, op: str, error: str) -> None:
+    """A capture on ``device_type`` failed in ``op`` with ``error``: graphs compiled from now on
+    partition it out."""
+    _failed_in.setdefault(device_type, {}).setdefault(op, error)
+
+
+def forget_capture_failures() -> None:
+    """``reset()``: compiles from now on partition out only what the list and settings say."""
+    _failed_in.clear()
+
+
 def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
     """The operators to partition out of graphs on ``device_type``: the device's list, less
-    ``config.allow_capture_ops``, plus ``config.never_capture_ops``."""
+    ``config.allow_capture_ops``, plus ``config.never_capture_ops``, plus those a capture failed
+    in, in this process."""
     allowed = set(config.allow_capture_ops)
     stands_for = stood_for(device_type)
     listed = [
@@ -75,7 +95,8 @@ def ops_not_to_capture(device_type: str) -> tuple[str, ...]:
         for op in listed_ops(device_type)
         if op not in allowed and stands_for.get(op, op) not in allowed
     ]
-    return tuple(dict.fromkeys([*listed, *config.never_capture_ops]))
+    failed_in = _failed_in.get(device_type, {})
+    return tuple(dict.fromkeys([*listed, *config.never_capture_ops, *failed_in]))
 
 
 def listed_name(op: Any, listed: tuple[str, ...]) -> str | None:
@@ -93,6 +114,12 @@ def listed_name(op: Any, listed: tuple[str, ...]) -> str | None:
 
 def why_not_captured(device_type: str, op: str) -> str:
     """Why ``op`` is not captured on ``device_type``, for reports and logs."""
+    failed_with = _failed_in.get(device_type, {}).get(op)
+    if failed_with is not None and op not in config.never_capture_ops:
+        return (
+            f"{op} is not captured on {device_type}: a capture failed in it in this process "
+            f"({failed_with})"
+        )
     reason = listed_ops(device_type).get(op)
     allowed = config.allow_capture_ops
     if (

@@ -86,12 +86,14 @@ def run_variant(variant: str, device: str, layers: int, calls: int, repeats: int
             for mode in ("pipelined", "synchronized")
         }
     counters = {} if variant == "eager" else inductor_xpugraph.stats()
+    said = [e.reason for e in inductor_xpugraph.report().events if "capture on" in e.reason]
     return {
         "variant": variant,
         **timings,
         "records": counters.get("records"),
         "replays": counters.get("replays"),
         "capture_failures": counters.get("capture_failures"),
+        "capture_failure_said": said[0] if said else None,
     }
 
 

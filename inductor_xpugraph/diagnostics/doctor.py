@@ -385,8 +385,9 @@ def check_xpu_recording(devices: list[str]) -> list[Finding]:
     was found: WARN where only assumed from the release (the probe could not tell)."""
     if "xpu" not in devices:
         return []
+    from ..trees.backends.device_recording import device_recording
     from ..trees.backends.devices import torch_release
-    from ..trees.backends.xpu_recording import ASSUMED, device_recording
+    from ..trees.backends.xpu_recording import ASSUMED
 
     findings = []
     for index in range(torch.xpu.device_count()):

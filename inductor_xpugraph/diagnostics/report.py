@@ -66,9 +66,9 @@ def report(path: str | os.PathLike[str] | None = None) -> Report:
 
 def recording_lines() -> tuple[str, ...]:
     """How XPUGraph records on each xpu device the process decided it for (a compile for the
-    device decides it: ``xpu_recording.device_recording``), and on the stand-in device while
+    device decides it: ``device_recording.device_recording``), and on the stand-in device while
     ``sycl_rules.on_cpu`` is in force (found by the recording probe, once per stand-in)."""
-    from ..trees.backends.xpu_recording import decisions, device_recording
+    from ..trees.backends.device_recording import decisions, device_recording
 
     lines = [f"{device}: {decision.line()}" for device, decision in decisions().items()]
     rules = sys.modules.get("inductor_xpugraph.sycl_rules.backend")

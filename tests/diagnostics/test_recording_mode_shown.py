@@ -8,7 +8,7 @@ import inductor_xpugraph
 from inductor_xpugraph import sycl_rules
 from inductor_xpugraph.diagnostics import doctor
 from inductor_xpugraph.diagnostics.findings import Status
-from inductor_xpugraph.trees.backends import recording_probe, xpu_recording
+from inductor_xpugraph.trees.backends import device_recording, recording_probe, xpu_recording
 from inductor_xpugraph.trees.backends.xpu_recording import FORCE_NATIVE, Decision
 
 
@@ -69,7 +69,9 @@ def test_doctor_says_how_each_xpu_device_records(monkeypatch):
         0: Decision("native", xpu_recording.PROBED, "a host wait ... (0.3 ms)"),
         1: Decision("native", xpu_recording.ASSUMED, "torch 2.14's XPUGraph records ..."),
     }
-    monkeypatch.setattr(xpu_recording, "device_recording", lambda release, index: decisions[index])
+    monkeypatch.setattr(
+        device_recording, "device_recording", lambda release, index: decisions[index]
+    )
     probed, assumed = doctor.check_xpu_recording(["xpu"])
     assert (probed.status, probed.detail) == (
         Status.OK,
@@ -98,7 +100,7 @@ def test_the_report_says_how_the_stand_in_records():
 def test_the_report_says_how_each_xpu_device_records(monkeypatch):
     assert inductor_xpugraph.report().recording == ()  # no xpu device decided here
     decision = Decision("native", xpu_recording.PROBED, "a host wait ... (0.3 ms)")
-    monkeypatch.setitem(xpu_recording._decisions, "xpu:0", decision)
+    monkeypatch.setitem(device_recording._decisions, "xpu:0", decision)
     report = inductor_xpugraph.report()
     assert report.recording == ("xpu:0: native, probed: a host wait ... (0.3 ms)",)
     assert "xpu recording: xpu:0: native, probed: a host wait" in report.text()

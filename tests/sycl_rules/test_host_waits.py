@@ -301,7 +301,9 @@ def test_later_compiles_leave_out_the_operator_a_capture_failed_in():
             torch.testing.assert_close(compiled(y), waits_in_the_middle(y))
     assert inductor_xpugraph.stats()["capture_failures"] == 1
     said = " ".join(e.reason for e in inductor_xpugraph.report().events)
-    assert "xpugraph_host_waits::scale_by_sum is not captured on cpu: a capture failed in it" in said
+    assert (
+        "xpugraph_host_waits::scale_by_sum is not captured on cpu: a capture failed in it" in said
+    )
 
 
 def test_reset_forgets_the_operators_captures_failed_in():

@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import config
+from .device_recording import device_recording
 from .devices import device, torch_release
-from .xpu_recording import COMMAND_BUFFER, RECORDING_MODES, device_recording
+from .xpu_recording import COMMAND_BUFFER, RECORDING_MODES
 from .xpu_unrecordable_ops import LibraryVersion, Listed, installed_library_version
 
 
@@ -41,7 +42,7 @@ def listed_ops(
 ) -> dict[str, str]:
     """The operators graphs on ``device_type`` do not record under torch ``release`` (the
     installed one by default) and ``recording`` mode (by default that of device 0 of this
-    process: ``config.xpu_recording``, else as found there, ``xpu_recording.device_recording``;
+    process: ``config.xpu_recording``, else as found there, ``device_recording.device_recording``;
     asked only where an entry depends on it), with the libraries installed here
     (``library_version``), with why."""
     entries = device(device_type).unrecordable_ops

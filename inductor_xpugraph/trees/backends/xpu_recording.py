@@ -43,10 +43,7 @@ device without a probe (the stand-in of ``sycl_rules`` is built with it).
 
 from __future__ import annotations
 
-import functools
 import os
-import re
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -174,92 +171,3 @@ def why_recording_mode(
 def is_data_center_max(device_name: str) -> bool:
     """Whether an xpu device of this name is a Data Center GPU Max (PVC)."""
     return "Data Center GPU Max" in device_name
-
-
-@functools.cache
-def build_sycl_compiler() -> int | None:
-    """The SYCL_COMPILER_VERSION this torch was built with (``torch.__config__.show()``,
-    pytorch#174661), or None where it does not say (a build without XPU)."""
-    import torch
-
-    try:
-        shown = torch.__config__.show()
-    except Exception:
-        return None
-    found = re.search(r"SYCL_COMPILER_VERSION\D{0,8}(\d{8})", shown)
-    return int(found.group(1)) if found else None
-
-
-# The decisions made for this process's xpu devices (torch's, not a stand-in), for ``report()``.
-_decisions: dict[str, Decision] = {}
-_decisions_lock = threading.Lock()
-
-
-def device_recording(
-    release: tuple[int, int],
-    device_index: int = 0,
-    *,
-    module: Any = None,
-    setting: str | None = None,
-    captures_key: str | None = None,
-) -> Decision:
-    """How torch ``release``'s ``XPUGraph`` records on xpu device ``device_index`` of this
-    process (``module``: the device module, ``torch.xpu`` by default; ``captures_key``: the
-    device as the package's captures on it name it, "xpu:0" by default), and how that was
-    found (module docstring): ``setting`` is ``config.xpu_recording`` by default; the probe
-    runs once per process and device (``recording_probe``), never where the device module has
-    no device. Never raises."""
-    import torch
-
-    from ... import config
-
-    module = torch.xpu if module is None else module
-    setting = config.xpu_recording if setting is None else setting
-    name = ""
-    available = False
-    try:
-        available = bool(module.is_available()) and device_index < module.device_count()
-        if available and module is torch.xpu:
-            name = torch.xpu.get_device_properties(device_index).name
-    except Exception:  # no xpu device in this process (fake devices, codegen on the CPU)
-        available = False
-
-    def probe() -> Any:
-        from .recording_probe import ProbeResult, recording_probed
-
-        if not available:
-            return ProbeResult(None, f"no xpu device {device_index} in this process", ran=False)
-        if module is not torch.xpu:
-            return recording_probed(module, device_index, captures_key=captures_key)
-        from .devices import DEVICES
-
-        return recording_probed(
-            module,
-            device_index,
-            captures_key=captures_key,
-            end_allocate_to_pool=getattr(torch._C, "_xpu_endAllocateToPool", None),
-            failure_leaves_host_routing=DEVICES["xpu"].failure_leaves_host_routing,
-        )
-
-    decision = decide(
-        release,
-        setting=setting,
-        data_center_max=is_data_center_max(name),
-        sycl_compiler=build_sycl_compiler() if module is torch.xpu else None,
-        probe=probe,
-    )
-    if available and module is torch.xpu:
-        with _decisions_lock:
-            _decisions[f"xpu:{device_index}"] = decision
-    return decision
-
-
-def device_recording_mode(release: tuple[int, int], device_index: int = 0) -> str:
-    """``device_recording``'s mode."""
-    return device_recording(release, device_index).mode
-
-
-def decisions() -> dict[str, Decision]:
-    """The latest decision made for each device of this process that has one ("xpu:0")."""
-    with _decisions_lock:
-        return dict(_decisions)

@@ -11,11 +11,13 @@ import pytest
 from inductor_xpugraph.sycl_rules import sycl
 from inductor_xpugraph.sycl_rules.releases import RELEASES
 from inductor_xpugraph.sycl_rules.torch_xpu import StandInXpu
+from inductor_xpugraph.trees.backends import device_recording as device_recordings
 from inductor_xpugraph.trees.backends import recording_probe, xpu_recording
 from inductor_xpugraph.trees.backends.device_graphs import (
     _CAPTURES,
     _DEVICES_THAT_CANNOT_RECORD,
 )
+from inductor_xpugraph.trees.backends.device_recording import device_recording
 from inductor_xpugraph.trees.backends.recording_probe import (
     ProbeResult,
     classify_wait_error,
@@ -31,7 +33,6 @@ from inductor_xpugraph.trees.backends.xpu_recording import (
     NATIVE,
     PROBED,
     decide,
-    device_recording,
 )
 
 
@@ -132,7 +133,7 @@ def test_without_a_device_the_release_decides():
     decision = device_recording((2, 14), setting="auto")
     assert (decision.mode, decision.found) == (NATIVE, ASSUMED)
     assert "the probe could not tell: no xpu device 0 in this process" in decision.why
-    assert xpu_recording.decisions() == {}  # no device of this process decided
+    assert device_recordings.decisions() == {}  # no device of this process decided
 
 
 def misbehaving(where: str, error: BaseException | None) -> StandInXpu:

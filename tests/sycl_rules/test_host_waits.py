@@ -17,11 +17,13 @@ import torch
 import inductor_xpugraph
 from inductor_xpugraph import sycl_rules
 from inductor_xpugraph.sycl_rules import sycl
+from inductor_xpugraph.sycl_rules.backend import XpuRulesBackend
 from inductor_xpugraph.sycl_rules.submission import SubmitToCurrentQueue
 from inductor_xpugraph.sycl_rules.torch_xpu import (
     OFFSET_OUTSIDE_CAPTURE,
     REPLAY_DURING_CAPTURE,
 )
+from inductor_xpugraph.trees.backends import device_graphs
 from inductor_xpugraph.trees.backends.xpu_recording import COMMAND_BUFFER, NATIVE
 
 RULE_SETS = [
@@ -316,3 +318,29 @@ def test_reset_forgets_the_operators_captures_failed_in():
         for _ in range(3):
             compiled(torch.randn(8))
     assert inductor_xpugraph.stats()["capture_failures"] == 1  # tried, and failed, again
+
+
+def test_a_pool_dropped_while_one_of_our_captures_runs_empties_no_cache(monkeypatch):
+    with sycl_rules.on_cpu("2.13") as device:
+        backend = XpuRulesBackend(0, device)
+        emptied = []
+        monkeypatch.setattr(device, "empty_cache", lambda: emptied.append(1))
+        with device_graphs._CAPTURES.running(backend.device):  # a capture under way
+            backend.release_dropped_pools()
+        assert emptied == []
+        backend.release_dropped_pools()
+        assert emptied == [1]
+
+
+def test_a_pool_dropped_during_a_users_capture_leaves_that_capture_recording():
+    with sycl_rules.on_cpu("2.13") as device:
+        backend = XpuRulesBackend(0, device)
+        users = device.XPUGraph()
+        stream = device.Stream()
+        with device.stream(stream):
+            users.capture_begin()
+        backend.release_dropped_pools()  # the device's empty_cache refuses: nothing is freed
+        assert stream.queue.state == "recording"
+        with device.stream(stream):
+            users.capture_end()
+        users.replay()

@@ -313,7 +313,11 @@ STALE_OUTPUT = (
     "earlier iteration, and its memory has been overwritten by a subsequent run. To keep an "
     "output across calls, clone it (`out.clone()`) before calling the compiled code again; "
     "if the next call starts a new iteration, call inductor_xpugraph.mark_step_begin() (or "
-    "torch.compiler.cudagraph_mark_step_begin()) before it."
+    "torch.compiler.cudagraph_mark_step_begin()) before it. Where a library keeps outputs "
+    "across calls for you (Hugging Face generate's hidden states, attentions or logits), "
+    "compile with inductor_xpugraph.config.generation_cloning = True "
+    "(INDUCTOR_XPUGRAPH_GENERATION_CLONING=1): outputs still held when a step ends are copied "
+    "out and stay readable."
 )
 DROPPED_BY_RESET = (
     "inductor_xpugraph: this tensor is an output of a {device} graph (`{name}`) that "

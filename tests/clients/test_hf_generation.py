@@ -322,3 +322,29 @@ def test_a_new_static_cache_per_call_stays_graphed(device):
     # recording made while it lives is counted as a re-record.)
     assert stats["fallbacks"] == 0 and stats["rerecords"] <= 1, stats
     assert stats["replacements"] >= 18 and replays[-1] >= NEW_TOKENS - 3, (replays, stats)
+
+
+def generate_with_hidden_states(model, prompt, cache):
+    return generate(
+        model, prompt, return_dict_in_generate=True, output_hidden_states=True, **{CACHE: cache}
+    )
+
+
+def test_hidden_states_generate_keeps_name_generation_cloning_when_read_stale(device):
+    model = tiny_model("llama", device)
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    out = generate_with_hidden_states(model, prompts(device)[0], static_cache(model, early=True))
+    with pytest.raises(RuntimeError, match=r"config\.generation_cloning = True"):
+        out.hidden_states[1][-1].sum()
+
+
+def test_hidden_states_generate_keeps_stay_readable_with_generation_cloning(device):
+    model = tiny_model("llama", device)
+    prompt = prompts(device)[0]
+    expected = generate_with_hidden_states(model, prompt, static_cache(model, early=True))
+    with inductor_xpugraph.config.patch(generation_cloning=True):
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+        got = generate_with_hidden_states(model, prompt, static_cache(model, early=True))
+    assert torch.equal(got.sequences, expected.sequences)
+    for step, (ours, eager) in enumerate(zip(got.hidden_states, expected.hidden_states)):
+        torch.testing.assert_close(ours[-1], eager[-1], msg=f"step {step}")

@@ -158,6 +158,14 @@ def device_cannot_record(device: str, reason: str, step: str | None = None) -> s
     )
 
 
+def other_capture_still_running(device: str, seconds: float) -> str:
+    return (
+        f"inductor_xpugraph: a replay on {device} waited {seconds:g} s for another thread's "
+        f"capture on the device to end, and goes ahead (a replay that draws random numbers "
+        f"fails while the generator is in capture mode)"
+    )
+
+
 def device_stopped_recording(device: str, reason: str) -> str:
     return f"{device} records no graph in this process ({reason}): it runs un-graphed"
 

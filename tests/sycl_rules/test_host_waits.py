@@ -10,6 +10,7 @@ replay into another thread's capture nor wait on the device while a capture is o
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -344,3 +345,24 @@ def test_a_pool_dropped_during_a_users_capture_leaves_that_capture_recording():
         with device.stream(stream):
             users.capture_end()
         users.replay()
+
+
+def test_a_replay_waits_for_another_threads_capture_no_longer_than_the_limit(monkeypatch, caplog):
+    monkeypatch.setattr(device_graphs, "OTHER_CAPTURE_WAIT_S", 0.05)
+    started, release = threading.Event(), threading.Event()
+
+    def capture() -> None:  # a capture whose code waits for the other thread
+        with device_graphs._CAPTURES.running("cpu:7"):
+            started.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=capture)
+    thread.start()
+    started.wait(10)
+    begin = time.perf_counter()
+    device_graphs._CAPTURES.wait_for_other_threads("cpu:7")
+    waited = time.perf_counter() - begin
+    release.set()
+    thread.join(10)
+    assert 0.04 <= waited < 5
+    assert "waited 0.05 s for another thread's capture" in caplog.text

@@ -441,6 +441,10 @@ class DeviceGraphBackend(GraphBackend):
         """Runs after each warmup in the pool, outside it."""
 
 
+#: How long a replay waits for another thread's capture on its device before it goes ahead.
+OTHER_CAPTURE_WAIT_S = 10.0
+
+
 class _CapturesInFlight:
     """Our captures and warmups in a pool under way in this process, per device and thread: a
     device's cache is emptied only while none is, and a replay in one thread waits for the
@@ -474,14 +478,19 @@ class _CapturesInFlight:
                 fn()
 
     def wait_for_other_threads(self, device: str) -> None:
-        """Return once no thread but this one has a capture on ``device`` under way."""
+        """Return once no thread but this one has a capture on ``device`` under way, or after
+        ``OTHER_CAPTURE_WAIT_S``: a capture whose code waits for this thread must not wait
+        forever (the replay may then fail, as it would without the wait)."""
         if not self._running.get(device):  # a replay's path: no lock when none runs
             return
         thread = threading.get_ident()
         with self._changed:
-            self._changed.wait_for(
-                lambda: not any(t != thread for t in self._running.get(device, ()))
+            ended = self._changed.wait_for(
+                lambda: not any(t != thread for t in self._running.get(device, ())),
+                timeout=OTHER_CAPTURE_WAIT_S,
             )
+        if not ended:
+            log.warning(messages.other_capture_still_running(device, OTHER_CAPTURE_WAIT_S))
 
 
 _CAPTURES = _CapturesInFlight()

@@ -140,9 +140,9 @@ def reset() -> None:
     """Drop every recording and pool on every device, let every callable warm up and record
     again (fallbacks and re-record counts cleared), and zero the counters. Outputs handed out
     before are retired (``GraphTree.retire_handed_out``). A capture under way in another
-    thread ends first: its graph goes with the rest."""
+    thread ends first (``GraphTree.reset`` takes the tree's lock, which the capture holds):
+    its graph goes with the rest."""
     for tree in all_trees():
-        tree.backend.wait_for_other_captures()
         tree.reset()
     reset_all_callables()
     forget_capture_failures()

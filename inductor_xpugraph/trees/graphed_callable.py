@@ -739,9 +739,8 @@ class GraphedCallable:
         stats.counters["capture_failures"] += 1
         operator = operator_that_raised(error, self.fn)
         if operator is not None:
-            device_type = tree.device.split(":")[0]
             unrecordable_ops.note_capture_failed_in(
-                device_type, operator.name, messages.first_line(error)
+                tree.backend.device_type, operator.name, messages.first_line(error)
             )
         reason = messages.capture_failed(tree.device, error, raises, operator)
         self.policy.stop(reason)

@@ -3,21 +3,14 @@
 probe finds there, and on each xpu device of the process."""
 
 import pytest
+from support.recording_probes import fresh_probes  # noqa: F401 (autouse)
 
 import inductor_xpugraph
 from inductor_xpugraph import sycl_rules
 from inductor_xpugraph.diagnostics import doctor
 from inductor_xpugraph.diagnostics.findings import Status
 from inductor_xpugraph.trees.backends import device_recording, recording_probe, xpu_recording
-from inductor_xpugraph.trees.backends.xpu_recording import FORCE_NATIVE, Decision
-
-
-@pytest.fixture(autouse=True)
-def fresh_probes(monkeypatch):
-    monkeypatch.delenv(FORCE_NATIVE, raising=False)
-    recording_probe.forget_probes()
-    yield
-    recording_probe.forget_probes()
+from inductor_xpugraph.trees.backends.xpu_recording import Decision
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from support.stand_in_rule_sets import RULE_SET_IDS, RULE_SETS
 
 import inductor_xpugraph
 from inductor_xpugraph import sycl_rules
@@ -26,15 +27,6 @@ from inductor_xpugraph.sycl_rules.torch_xpu import (
 )
 from inductor_xpugraph.trees.backends import device_graphs
 from inductor_xpugraph.trees.backends.xpu_recording import COMMAND_BUFFER, NATIVE
-
-RULE_SETS = [
-    ("2.13", COMMAND_BUFFER),
-    ("2.14", COMMAND_BUFFER),
-    ("2.14", NATIVE),
-    ("2.15", COMMAND_BUFFER),
-    ("2.15", NATIVE),
-]
-RULE_SET_IDS = [f"{release}-{mode}" for release, mode in RULE_SETS]
 
 
 @torch.library.custom_op("xpugraph_host_waits::scale_by_sum", mutates_args=())

@@ -16,6 +16,7 @@ import gc
 import pytest
 import torch
 import torch.nn.functional as F
+from support.stand_in_rule_sets import RULE_SET_IDS, RULE_SETS
 
 import inductor_xpugraph
 from inductor_xpugraph import sycl_rules
@@ -25,14 +26,6 @@ from inductor_xpugraph.trees.backends.xpu_recording import COMMAND_BUFFER, NATIV
 
 ATTENTION = "aten::_scaled_dot_product_flash_attention_for_cpu"
 #: (release, recording mode): the rule sets of the must-show matrix.
-RULE_SETS = [
-    ("2.13", COMMAND_BUFFER),
-    ("2.14", COMMAND_BUFFER),
-    ("2.14", NATIVE),
-    ("2.15", COMMAND_BUFFER),
-    ("2.15", NATIVE),
-]
-RULE_SET_IDS = [f"{release}-{mode}" for release, mode in RULE_SETS]
 
 
 class Block(torch.nn.Module):

@@ -7,12 +7,13 @@ import statistics
 import time
 
 import pytest
+from support.recording_probes import fresh_probes  # noqa: F401 (autouse)
 
 from inductor_xpugraph.sycl_rules import sycl
 from inductor_xpugraph.sycl_rules.releases import RELEASES
 from inductor_xpugraph.sycl_rules.torch_xpu import StandInXpu
 from inductor_xpugraph.trees.backends import device_recording as device_recordings
-from inductor_xpugraph.trees.backends import recording_probe, xpu_recording
+from inductor_xpugraph.trees.backends import xpu_recording
 from inductor_xpugraph.trees.backends.device_graphs import (
     _CAPTURES,
     _DEVICES_THAT_CANNOT_RECORD,
@@ -34,14 +35,6 @@ from inductor_xpugraph.trees.backends.xpu_recording import (
     PROBED,
     decide,
 )
-
-
-@pytest.fixture(autouse=True)
-def fresh_probes(monkeypatch):
-    monkeypatch.delenv(FORCE_NATIVE, raising=False)
-    recording_probe.forget_probes()
-    yield
-    recording_probe.forget_probes()
 
 
 def stand_in(version: str, recording: str | None = None) -> StandInXpu:

@@ -383,9 +383,10 @@ class XPUGraph:
     def replay(self) -> None:
         if not self.capture_ended:
             raise RuntimeError(REPLAY_WITHOUT_CAPTURE)
-        for state, increment in self.increments:  # replay_prologue
-            if self.device.is_current_stream_capturing():
-                raise RuntimeError(REPLAY_DURING_CAPTURE)
+        # replay_prologue, for each registered state
+        if self.increments and self.device.is_current_stream_capturing():
+            raise RuntimeError(REPLAY_DURING_CAPTURE)
+        for state, increment in self.increments:
             if increment and state.capturing:  # increase(), outside a capture
                 raise RuntimeError(OFFSET_OUTSIDE_CAPTURE)
         assert self.executable is not None

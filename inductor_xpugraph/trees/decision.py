@@ -5,7 +5,8 @@ nothing; ``GraphedCallable`` then carries it out. Every way a call leaves the fa
 one of these actions:
 
 - ``REPLAY``: launch a recording of this place (one whose reused memory is free now; where
-  none is, ``otherwise`` says what to do instead);
+  none is, ``otherwise`` says what to do instead), after moving the call's new state into
+  its memory when ``adopts_state`` (Note [State moved into a recording's memory]);
 - ``RECORD``: capture a new child of the current node; ``kind`` says why there is none to
   replay, and so what the recording replaces and whether the thrash guard counts it;
 - ``WARM_UP``: run un-graphed before recording (in the pool where the tree can);
@@ -59,6 +60,7 @@ class Decision:
     # replays; ``otherwise`` is what to do when none can.
     candidates: tuple[GraphNode, ...] = ()
     otherwise: Decision | None = None
+    adopts_state: bool = False  # REPLAY: the call's state moves into the recording's memory
     # The words of a skip (RUN_PLAIN, said once), a re-record (RECORD) or a fallback, and a
     # skip's log level (None: the skip's own).
     reason: str | None = None

@@ -44,6 +44,7 @@ What keeps a callable's recordings alive, and what frees them: ``lifetime``.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import weakref
@@ -351,6 +352,15 @@ class GraphedCallable:
             words = self.input_names.describe(unsafe, shown=2)
             return Decision(Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
         dead = tuple(node for node in variants if node.recording.state_died())
+        if not dead and any(node.recording.state.laid_out_as(args) for node in variants):
+            # New state shaped as a recording's: the old may be garbage that only reference
+            # cycles keep (Dynamo's objects from compiling the call that made it). Collected
+            # now, it can move into the recording's memory instead of a new capture.
+            gc.collect()
+            dead = tuple(node for node in variants if node.recording.state_died())
+        adopting = next((node for node in dead if node.recording.can_adopt_state(args)), None)
+        if adopting is not None:  # new state moves into its memory, and it replays
+            return Decision(Action.REPLAY, candidates=(adopting,), adopts_state=True)
         if dead and all(node.replays for node in dead):
             record = Decision(Action.RECORD, kind=RecordKind.STATE_DIED, replaces=dead)
             return self._record_or_not(tree, key, args, record)
@@ -473,6 +483,9 @@ class GraphedCallable:
                     variants = tree.current.variants((self.id, key))
                     if node is not variants[0]:  # addresses (or liveness) seen before came back
                         tree.current.use_variant((self.id, key), node)
+                    if decision.adopts_state:
+                        node.recording.adopt_state(args)
+                        stats.counters["adoptions"] += 1
                     outputs = node.recording.replay(args)
                     tree.replayed(node)
                     return outputs
@@ -662,10 +675,14 @@ class GraphedCallable:
         copied = [i for i in copied if i not in written_back]
         rerecord_reason = decision.reason
         static_inputs = [StaticInput.of(args, i) for i in static]
+        # State the graph writes (a cache's tensors, marked static or kept): not parameters,
+        # not outputs of earlier graphs on the path (``recorded_state``).
         state_inputs = [
-            args[i]
+            (i, args[i])
             for i in static
-            if i in self._may_be_state and args[i].untyped_storage().data_ptr() not in path_blocks
+            if i in self.mutated_inputs
+            and not isinstance(args[i], torch.nn.Parameter)
+            and args[i].untyped_storage().data_ptr() not in path_blocks
         ]
         self.policy.note_recorded(input_identity(args, static, objects))
         # The first replay needs only the copied inputs; the capture gets the only references

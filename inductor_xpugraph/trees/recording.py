@@ -50,6 +50,7 @@ import torch
 from .backends import Graph
 from .inputs import StaticInput, input_copier, input_identity, writable_view
 from .invalidation import StorageInvalidator, copy_out_of_pool
+from .recorded_state import RecordedState
 from .storages import tensor_over, unowned
 
 # torch's C++ loop over input addresses (CUDA builds); elsewhere the Python loop.
@@ -128,7 +129,7 @@ class Recording:
         consumed_inputs: frozenset[int] = frozenset(),
         reuse_output_objects: bool = True,
         object_inputs: Sequence[tuple[int, Any]] = (),
-        state_inputs: Sequence[torch.Tensor] = (),
+        state_inputs: Sequence[tuple[int, torch.Tensor]] = (),
         written_back: Sequence[tuple[int, torch.Tensor]] = (),
         moving_inputs: Sequence[int] = (),
         moving_buffers: Mapping[int, int] | None = None,
@@ -139,8 +140,9 @@ class Recording:
         ``object_inputs``: (input index, object) of the inputs that are neither tensors nor
         sizes (a ``torch.Generator``, a ``DeviceMesh`` or process group that DTensor passes):
         the graph baked them in, so a replay needs the same objects.
-        ``state_inputs``: the static inputs that are state the caller keeps and the graph
-        writes (a cache's tensors): held weakly, to tell when they died (``state_died``).
+        ``state_inputs``: (input index, tensor) of the static inputs that are state the caller
+        keeps and the graph writes (a cache's tensors): held weakly, their memory kept, so
+        that new state can move in once they died (``recorded_state``).
         ``written_back``: (input index, the recording's own tensor the graph writes there) for
         inputs the graph writes that are new tensors at every call (a cache that beam search
         reorders into new tensors at each step): a replay copies each into its tensor before
@@ -164,7 +166,7 @@ class Recording:
         for i, ptr in self.static_input_ptrs:
             self._ptr_by_index[i] = ptr
         self.object_inputs = tuple(object_inputs)
-        self._state_inputs = tuple(weakref.ref(t) for t in state_inputs)
+        self.state = RecordedState(state_inputs)
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),
@@ -339,9 +341,23 @@ class Recording:
         )
 
     def state_died(self) -> bool:
-        """Whether state this recording writes was freed (a cache that ``generate`` made for
-        one request): it can replay again only if new state lands at the same addresses."""
-        return any(ref() is None for ref in self._state_inputs)
+        """Whether the caller dropped state this recording writes (a cache that ``generate``
+        made for one request): it replays again once new state moves in (``adopt_state``)."""
+        return self.state.died()
+
+    def can_adopt_state(self, args: Sequence[Any]) -> bool:
+        """Whether the call's state can move into this recording's memory, after which it
+        replays the call (Note [State moved into a recording's memory] in
+        ``recorded_state``): its state died, and the call's inputs differ from the
+        recording's only by new state laid out as the dead state was."""
+        if not self.state.died():
+            return False
+        moved, replaced = self.changed_inputs(args)
+        return not replaced and self.state.adoptable(args, moved)
+
+    def adopt_state(self, args: Sequence[Any]) -> None:
+        """Move the call's state into this recording's memory (``can_adopt_state``)."""
+        self.state.adopt(args)
 
     def changed_inputs(self, args: Sequence[Any]) -> tuple[list[int], list[int]]:
         """The non-copied inputs that are not what they were at capture: the static tensors

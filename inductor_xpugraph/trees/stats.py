@@ -28,6 +28,9 @@ COUNTER_NAMES = (
     # Recordings that replaced ones whose state died after they replayed (a cache made for
     # one request): not re-records, the thrash guard does not count them.
     "replacements",
+    # New state moved into the memory of a recording whose state died, which then replayed
+    # (the next request's cache): one copy instead of a capture (``recorded_state``).
+    "adoptions",
     "fallbacks",
     # Captures that failed (the device refused to record): the call ran un-graphed.
     "capture_failures",

@@ -35,8 +35,9 @@ callable writes is captured where it lies (static, an output of an earlier graph
 passed again: ``kept_state``), never copied into a buffer alone (a replay would write the
 copy); one that is a new tensor at every call (beam search's reordered cache) is captured over
 a tensor of the recording's own, which each replay fills before and copies back after. A
-recording whose state died (a cache of a finished request) is replaced by the next one, not
-counted by the thrash guard when it replayed. A call made while
+recording whose state died (a cache of a finished request) takes the next request's state
+into its memory when it is laid out the same (``recorded_state``), else is replaced by the
+next recording, not counted by the thrash guard when it replayed. A call made while
 the stream is being captured (by anyone) runs the plain callable: captures never nest.
 
 What keeps a callable's recordings alive, and what frees them: ``lifetime``.
@@ -340,17 +341,15 @@ class GraphedCallable:
     ) -> Decision:
         """Record for new addresses of the static inputs, keeping the other recordings.
 
-        Recordings whose state died (a cache made for one ``generate`` call and dropped with
-        it) can never replay: the new recording *replaces* them. When each of them replayed,
+        A recording whose state died (a cache made for one ``generate`` call and dropped with
+        it) takes the call's new state into its memory and replays, when the new state is
+        laid out as the dead one was (Note [State moved into a recording's memory] in
+        ``recorded_state``). Otherwise the new recording *replaces* them. When each replayed,
         recording paid off and a replacement is not counted by the thrash guard; one that
         never replayed is churn, counted as any re-record. Memory that moves under its tensor
         (FSDP2) is copied by one recording that replaces the ones it covers, recorded again
         once per place, so not on the guard's clock. A call that could not be recorded (it
         writes tensors it was not passed before) is not counted."""
-        unsafe = self._unsafe_mutations(tree, args)
-        if unsafe:
-            words = self.input_names.describe(unsafe, shown=2)
-            return Decision(Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
         dead = tuple(node for node in variants if node.recording.state_died())
         if not dead and any(node.recording.state.laid_out_as(args) for node in variants):
             # New state shaped as a recording's: the old may be garbage that only reference
@@ -361,6 +360,10 @@ class GraphedCallable:
         adopting = next((node for node in dead if node.recording.can_adopt_state(args)), None)
         if adopting is not None:  # new state moves into its memory, and it replays
             return Decision(Action.REPLAY, candidates=(adopting,), adopts_state=True)
+        unsafe = self._unsafe_mutations(tree, args)
+        if unsafe:
+            words = self.input_names.describe(unsafe, shown=2)
+            return Decision(Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
         if dead and all(node.replays for node in dead):
             record = Decision(Action.RECORD, kind=RecordKind.STATE_DIED, replaces=dead)
             return self._record_or_not(tree, key, args, record)

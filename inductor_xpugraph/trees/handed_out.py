@@ -91,7 +91,7 @@ outputs first).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -109,7 +109,15 @@ class HandedOut:
     (their output objects are their recordings'), and the outputs of its un-graphed runs, as
     (callable identity, weak references to its outputs) pairs."""
 
-    __slots__ = ("nodes", "eager_outputs", "carried", "kept", "kept_tensors", "written")
+    __slots__ = (
+        "nodes",
+        "eager_outputs",
+        "carried",
+        "kept",
+        "kept_tensors",
+        "written",
+        "keep_held",
+    )
 
     def __init__(
         self,
@@ -131,6 +139,9 @@ class HandedOut:
         # ``keep_mutated``'s and ``keep_passed_back``'s.
         self.kept: set[int] = {address for _, address in self.written}
         self.kept_tensors: list[torch.Tensor] = []  # ``keep_mutated``'s
+        # Everything the caller holds is handed over, not made stale: the caller keeps
+        # outputs across steps (``keep_what_the_caller_keeps``).
+        self.keep_held = False
 
     def keep_mutated(self, tensors: Sequence[Any]) -> None:
         """Note [Outputs kept as state]: those of ``tensors`` (the call that starts the next
@@ -211,10 +222,19 @@ class HandedOut:
                     return True
         return False
 
+    def keep_what_the_caller_keeps(self, caller_keeps: Callable[[], bool]) -> None:
+        """Hand over everything the caller holds when this is retired if ``caller_keeps()``
+        (Note [What generate keeps]), asked only when the caller holds something."""
+        held = any(node.recording.memory_referenced() for node in self.nodes) or any(
+            ref() is not None for _, refs in self.eager_outputs for ref in refs
+        )
+        self.keep_held = held and caller_keeps()
+
     def may_copy(self) -> bool:
         """Whether retiring it may copy memory out of the pool (``hand_over``): gradients
-        are handed over, and every block is when storages cannot be made stale."""
-        if self.kept or storage_invalidator() is None:
+        are handed over, and every block is when storages cannot be made stale, or when
+        the caller keeps what it holds."""
+        if self.kept or self.keep_held or storage_invalidator() is None:
             return True
         for node in self.nodes:  # a loop, not any(): this runs at every generation
             if _hands_over(node):
@@ -231,8 +251,14 @@ class HandedOut:
         """Note [Retiring held outputs]: on ``device``, where a capture is under way on the
         current stream when ``capturing``. The un-graphed outputs the caller still holds are
         appended to ``carry`` (the next generation's), or made stale now when it is None.
-        Returns whether the caller held anything."""
-        nodes, eager_outputs, kept = self.nodes, self.eager_outputs, self.kept
+        With ``keep_held``, everything the caller holds is handed over, none made stale
+        (Note [What generate keeps]). Returns whether the caller held anything."""
+        nodes, eager_outputs, kept, keep_held = (
+            self.nodes,
+            self.eager_outputs,
+            self.kept,
+            self.keep_held,
+        )
         caller_held = False
         invalidate_tensor = tensor_invalidator()
         # 1. Output objects the caller holds: those of forward and inference graphs raise
@@ -250,6 +276,8 @@ class HandedOut:
                     ]
                 if held_outputs:
                     caller_held = True
+                    if keep_held:  # out of the pool already (``WarmupOutputs.hand_over``)
+                        continue
                     message = messages.stale_output(
                         device, producer.name, producer.source, dropped_by_reset
                     )
@@ -278,7 +306,7 @@ class HandedOut:
             if not positions:
                 continue
             caller_held = True
-            if _hands_over(node) or invalidate_tensor is None:
+            if _hands_over(node) or invalidate_tensor is None or keep_held:
                 held_by_objects |= recording.blocks_at(positions)
                 continue
             if kept:
@@ -302,7 +330,12 @@ class HandedOut:
         invalidate_storage = storage_invalidator()
         handed = []
         for block, producer in held.items():
-            hand = _hands_over(producer) or invalidate_storage is None or block.address in kept
+            hand = (
+                _hands_over(producer)
+                or invalidate_storage is None
+                or block.address in kept
+                or keep_held
+            )
             if hand and not capturing and can_copy_out_of_pool():
                 handed.append(block)
             elif invalidate_storage is not None:

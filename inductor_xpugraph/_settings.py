@@ -173,6 +173,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "skip_dynamic_graphs": _boolean,
     "generation_cloning": _boolean,
     "copy_moving_inputs": _boolean,
+    "keep_state_memory": _boolean,
     "initial_pool_allocation_gb": _gigabytes,
     "managed_input_rerecord_limit": _integer(0),
     "managed_input_rerecord_action": _choice("copy", "skip"),

@@ -72,6 +72,16 @@ copy_moving_inputs: bool = _from_environment(
     "copy_moving_inputs", "INDUCTOR_XPUGRAPH_COPY_MOVING_INPUTS", True
 )
 
+# A recording keeps the memory of the state it writes (a cache's tensors) after the caller
+# drops that state, so that the next request's state, laid out the same, moves in (one device
+# copy) and the recording replays, instead of a new capture per request (trees.recorded_state).
+# It costs one state's memory between requests, and a second while the next request's state
+# is made. False: that memory is freed with the state, and new state is recorded again. Read
+# when a graph is compiled.
+keep_state_memory: bool = _from_environment(
+    "keep_state_memory", "INDUCTOR_XPUGRAPH_KEEP_STATE_MEMORY", True
+)
+
 # An input that another graph produced (an output of an earlier graph of the step) is not
 # copied: the recording bakes in its address. After it moved this many times at one place in
 # the tree (0: never), the callable's recordings there either copy it, like any other input

@@ -730,6 +730,7 @@ class GraphedCallable:
             reuse_output_objects=self.phase is not Phase.BACKWARD,
             object_inputs=object_inputs,
             state_inputs=state_inputs,
+            keep_state_memory=self.policy.settings.keep_state_memory,
             written_back=list(written_buffers.items()),
             moving_inputs=moving,
             moving_buffers=input_buffers.still_referenced(moving),

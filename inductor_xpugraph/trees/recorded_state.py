@@ -24,9 +24,12 @@ arguments uses (otherwise a view elsewhere would keep the old memory and the two
 diverge). Anything else records, as before (``GraphedCallable._decide_variant``).
 
 The cost: a recording keeps the memory of its state after the caller dropped it, as long as
-the recording lives (at most ``config.static_input_variants`` recordings per place). State
-that lives as long as its owner (a model's buffers, an optimizer's moments) is kept no longer
-than its owner keeps it. Parameters are never taken as state.
+the recording lives (at most ``config.static_input_variants`` recordings per place), and a
+second copy while the next request makes its state, before it moves in. For a long context
+that is large: ``config.keep_state_memory = False`` frees the memory with the state, and new
+state is recorded again (the recording it replaces is dropped). State that lives as long as
+its owner (a model's buffers, an optimizer's moments) is kept no longer than its owner keeps
+it. Parameters are never taken as state.
 """
 
 from __future__ import annotations
@@ -50,22 +53,28 @@ class _StateSlot:
     def __init__(self, index: int, tensor: torch.Tensor) -> None:
         self.index = index
         self.tensor = weakref.ref(tensor)
-        self.storage = tensor.untyped_storage()
+        self.storage: torch.UntypedStorage = tensor.untyped_storage()
         self.layout = _layout(tensor)
 
 
 class RecordedState:
     """The state inputs of one recording (Note [State moved into a recording's memory])."""
 
-    __slots__ = ("_slots", "positions")
+    __slots__ = ("_slots", "_tensors", "positions")
 
-    def __init__(self, state_inputs: Sequence[tuple[int, torch.Tensor]]) -> None:
-        self._slots = tuple(_StateSlot(i, tensor) for i, tensor in state_inputs)
+    def __init__(
+        self, state_inputs: Sequence[tuple[int, torch.Tensor]], keep_memory: bool = True
+    ) -> None:
+        """``keep_memory`` (``config.keep_state_memory``): False holds the tensors weakly and
+        nothing else: the memory is freed with them, and nothing can move in."""
+        slots = tuple(_StateSlot(i, tensor) for i, tensor in state_inputs)
+        self._slots = slots if keep_memory else ()
+        self._tensors = tuple(slot.tensor for slot in slots)
         self.positions = frozenset(slot.index for slot in self._slots)
 
     def died(self) -> bool:
         """Whether the caller dropped some of the state (a cache made for one request)."""
-        return any(slot.tensor() is None for slot in self._slots)
+        return any(ref() is None for ref in self._tensors)
 
     def laid_out_as(self, args: Sequence[Any]) -> bool:
         """Whether ``args`` hold, at every state position, a tensor laid out as the state is
@@ -120,6 +129,7 @@ class RecordedState:
             with torch.no_grad():
                 arg.set_(slot.storage, offset, size, stride)
             slot.tensor = weakref.ref(arg)
+        self._tensors = tuple(slot.tensor for slot in self._slots)
 
 
 def _layout(tensor: torch.Tensor) -> tuple[Any, ...]:

@@ -130,6 +130,7 @@ class Recording:
         reuse_output_objects: bool = True,
         object_inputs: Sequence[tuple[int, Any]] = (),
         state_inputs: Sequence[tuple[int, torch.Tensor]] = (),
+        keep_state_memory: bool = True,
         written_back: Sequence[tuple[int, torch.Tensor]] = (),
         moving_inputs: Sequence[int] = (),
         moving_buffers: Mapping[int, int] | None = None,
@@ -142,7 +143,8 @@ class Recording:
         the graph baked them in, so a replay needs the same objects.
         ``state_inputs``: (input index, tensor) of the static inputs that are state the caller
         keeps and the graph writes (a cache's tensors): held weakly, their memory kept, so
-        that new state can move in once they died (``recorded_state``).
+        that new state can move in once they died (``recorded_state``), unless not
+        ``keep_state_memory``.
         ``written_back``: (input index, the recording's own tensor the graph writes there) for
         inputs the graph writes that are new tensors at every call (a cache that beam search
         reorders into new tensors at each step): a replay copies each into its tensor before
@@ -166,7 +168,7 @@ class Recording:
         for i, ptr in self.static_input_ptrs:
             self._ptr_by_index[i] = ptr
         self.object_inputs = tuple(object_inputs)
-        self.state = RecordedState(state_inputs)
+        self.state = RecordedState(state_inputs, keep_state_memory)
         self.copied_inputs = tuple(copied_inputs)
         self.input_buffers = list(input_buffers)
         # Copy targets: the static buffers, narrowed where an input is expanded (stride 0),

@@ -145,6 +145,8 @@ class RecordingSettings:
     managed_action: str = "copy"  # or "skip"
     # static inputs only read whose memory moves under them are copied (``inputs``)
     copy_moving_inputs: bool = True
+    # a recording keeps its state's memory, for the next state to move in (``recorded_state``)
+    keep_state_memory: bool = True
     # a graph that would run un-graphed raises instead (upstream's cudagraph_or_error)
     raise_on_skip: bool = False
     sync_after_call: bool = False  # synchronize the device after each call
@@ -202,6 +204,7 @@ class RecordingSettings:
             managed_limit=managed_limit or 0,
             managed_action=managed_action,
             copy_moving_inputs=bool(config.copy_moving_inputs),
+            keep_state_memory=bool(config.keep_state_memory),
             raise_on_skip=bool(or_error),
             sync_after_call=bool(sync),
             check_held_outputs=bool(fast_path_asserts),

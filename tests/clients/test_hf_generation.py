@@ -450,3 +450,64 @@ def test_hidden_states_generate_keeps_stay_readable_with_generation_cloning(devi
     assert torch.equal(got.sequences, expected.sequences)
     for step, (ours, eager) in enumerate(zip(got.hidden_states, expected.hidden_states)):
         torch.testing.assert_close(ours[-1], eager[-1], msg=f"step {step}")
+
+
+# A decoder of the size users report from (8 layers, 512 wide), in fp32: Inductor's fused bf16
+# kernels round differently from eager's, so bf16 greedy tokens may differ with or without
+# graphs (benchmarks/generation_table.py compares bf16 against the same compiled code).
+DECODER_CONFIG = dict(
+    vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+    num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+)  # fmt: skip
+DECODER_NEW_TOKENS = 128
+RECIPES = [
+    # (way, disable_compile): each way of docs/generation.md; where the user compiles
+    # ``model.forward``, with transformers' own compile on top of it and without.
+    ("lazy", True), ("lazy", False), ("early", True), ("early", False),
+    ("new_cache", True), ("new_cache", False), ("hf", False), ("beam", True),
+]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("way", "disable_compile"), RECIPES)
+def test_each_recipe_at_a_decoder_size_gives_eager_tokens_for_20_calls(
+    way, disable_compile, cuda_each_strategy
+):
+    device = cuda_each_strategy
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**DECODER_CONFIG)
+    model = transformers.LlamaForCausalLM(config).to(device).eval()
+    generator = torch.Generator().manual_seed(1)
+    calls = [torch.randint(3, 8192, (1, 16), generator=generator).to(device) for _ in range(2)]
+    options = dict(
+        max_new_tokens=DECODER_NEW_TOKENS, min_new_tokens=DECODER_NEW_TOKENS,
+        do_sample=False, pad_token_id=0, num_beams=2 if way == "beam" else 1,
+    )  # fmt: skip
+    expected = [model.generate(prompt, **options) for prompt in calls]
+    cache = None
+    if way == "hf":
+        compile_config = transformers.CompileConfig(mode="reduce-overhead")
+        options.update(cache_implementation="static", compile_config=compile_config)
+    else:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+        options.update({"disable_compile": True} if disable_compile else {})
+        if way == "new_cache":
+            options["cache_implementation"] = "static"
+        else:
+            batch = options["num_beams"]
+            cache = transformers.StaticCache(config=config, max_cache_len=16 + DECODER_NEW_TOKENS)
+            if way == "early":
+                cache.early_initialization(
+                    batch_size=batch, num_heads=config.num_key_value_heads,
+                    head_dim=config.hidden_size // config.num_attention_heads,
+                    dtype=model.dtype, device=model.device,
+                )  # fmt: skip
+            options[CACHE] = cache
+    for call in range(20):
+        if cache is not None:
+            cache.reset()
+        tokens = model.generate(calls[call % 2], **options)
+        assert torch.equal(tokens, expected[call % 2]), f"call {call}"
+    stats = inductor_xpugraph.stats()
+    assert stats["fallbacks"] == 0 and stats["replays"] >= 18 * (DECODER_NEW_TOKENS - 1), stats

@@ -224,11 +224,15 @@ class HandedOut:
 
     def keep_what_the_caller_keeps(self, caller_keeps: Callable[[], bool]) -> None:
         """Hand over everything the caller holds when this is retired if ``caller_keeps()``
-        (Note [What generate keeps]), asked only when the caller holds something."""
-        held = any(node.recording.memory_referenced() for node in self.nodes) or any(
-            ref() is not None for _, refs in self.eager_outputs for ref in refs
-        )
-        self.keep_held = held and caller_keeps()
+        (Note [What generate keeps]), asked only when the caller holds an output object
+        (a view it keeps of one goes stale as before)."""
+        for node in self.nodes:  # a loop, not any(): this runs at every generation
+            if node.recording.held_positions():
+                break
+        else:
+            if not any(ref() is not None for _, refs in self.eager_outputs for ref in refs):
+                return
+        self.keep_held = caller_keeps()
 
     def may_copy(self) -> bool:
         """Whether retiring it may copy memory out of the pool (``hand_over``): gradients

@@ -229,8 +229,9 @@ class HandedOut:
         for node in self.nodes:  # a loop, not any(): this runs at every generation
             if node.recording.held_positions():
                 break
-        else:
-            if not any(ref() is not None for _, refs in self.eager_outputs for ref in refs):
+        else:  # un-graphed outputs: this generation's, and those carried through it
+            un_graphed = (*self.eager_outputs, *self.carried)
+            if not any(ref() is not None for _, refs in un_graphed for ref in refs):
                 return
         self.keep_held = caller_keeps()
 

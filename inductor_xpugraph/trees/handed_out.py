@@ -224,10 +224,10 @@ class HandedOut:
 
     def keep_what_the_caller_keeps(self, caller_keeps: Callable[[], bool]) -> None:
         """Hand over everything the caller holds when this is retired if ``caller_keeps()``
-        (Note [What generate keeps]), asked only when the caller holds an output object
-        (a view it keeps of one goes stale as before)."""
+        (Note [What generate keeps]), asked only when the caller holds something: an
+        output object, a view of one (a cache ``crop`` sliced), an un-graphed output."""
         for node in self.nodes:  # a loop, not any(): this runs at every generation
-            if node.recording.held_positions():
+            if node.recording.memory_referenced():  # an output object, or a view of one
                 break
         else:  # un-graphed outputs: this generation's, and those carried through it
             un_graphed = (*self.eager_outputs, *self.carried)

@@ -229,6 +229,18 @@ def test_transformers_own_compile_path_records_once_with_a_new_cache_per_call(ki
     assert stats["replays"] >= decode_steps, stats
 
 
+def test_without_keeping_state_memory_each_new_cache_is_recorded(device):
+    """``config.keep_state_memory = False``: a dead cache's memory is freed with it, nothing
+    moves in, and each call's cache replaces the recording of the one before."""
+    model = tiny_model("llama", device, layers=1)
+    calls = prompts(device)[:4]
+    with inductor_xpugraph.config.patch(keep_state_memory=False):
+        records = run_their_way(model, calls, "static")
+    stats = inductor_xpugraph.stats()
+    assert stats["adoptions"] == 0 and stats["fallbacks"] == 0, stats
+    assert records[2:] == [1, 1], (records, stats)
+
+
 @pytest.mark.parametrize("kind", ["mistral", "gemma2"])
 def test_sliding_window_caches_record_once_on_transformers_own_path(kind, device):
     """Sliding-window caches (Mistral's ``"sliding_window"``, Gemma2's hybrid ``"static"``),

@@ -580,12 +580,28 @@ def run_requests(device, requests: int, steps: int):
             torch.testing.assert_close(compiled(state, token), expected.sum(dim=0))
 
 
-def test_a_recording_whose_state_died_after_it_replayed_is_replaced_not_counted(device):
-    """Each request: its first step runs un-graphed (the state is new there; the first
-    request warms up instead), the second records, the rest replay. A request's recording
-    pays off, so the next request's replaces it without counting against the guard, for as
-    many requests as there are, and the dropped recordings do not pile up."""
+def test_new_state_per_request_moves_into_the_recording_of_the_last(device):
+    """Each request's state, laid out as the last one's, moves into the memory the recording
+    kept (Note [State moved into a recording's memory]): recorded once, every step of the
+    later requests replayed, nothing counted by the guard."""
     with inductor_xpugraph.config.patch(rerecord_limit=2, rerecord_window=64):
+        run_requests(device, requests=12, steps=4)
+    counts = inductor_xpugraph.stats()
+    assert (counts["fallbacks"], counts["rerecords"], counts["records"]) == (0, 0, 1), counts
+    assert counts["adoptions"] == 11 and counts["replays"] == 2 + 11 * 4, counts
+    (tree,) = all_trees()
+    assert len(tree.nodes()) == 1
+
+
+def test_a_recording_whose_state_died_after_it_replayed_is_replaced_not_counted(device):
+    """Without keeping the state's memory: each request's first step runs un-graphed (the
+    state is new there; the first request warms up instead), the second records, the rest
+    replay. A request's recording pays off, so the next request's replaces it without
+    counting against the guard, for as many requests as there are, and the dropped
+    recordings do not pile up."""
+    with inductor_xpugraph.config.patch(
+        rerecord_limit=2, rerecord_window=64, keep_state_memory=False
+    ):
         run_requests(device, requests=12, steps=4)
     counts = inductor_xpugraph.stats()
     assert (counts["fallbacks"], counts["rerecords"]) == (0, 0), counts
@@ -595,9 +611,12 @@ def test_a_recording_whose_state_died_after_it_replayed_is_replaced_not_counted(
 
 
 def test_state_that_dies_before_its_recording_ever_replays_is_churn_the_guard_stops(device):
-    """Two steps per request: the recording never replays before its state dies. Those
-    re-records count, and the fallback names who held the state and the fix."""
-    with inductor_xpugraph.config.patch(rerecord_limit=2, rerecord_window=64):
+    """Without keeping the state's memory, two steps per request: the recording never
+    replays before its state dies. Those re-records count, and the fallback names who held
+    the state and the fix."""
+    with inductor_xpugraph.config.patch(
+        rerecord_limit=2, rerecord_window=64, keep_state_memory=False
+    ):
         run_requests(device, requests=6, steps=2)
     counts = inductor_xpugraph.stats()
     assert counts["fallbacks"] == 1 and counts["replacements"] == 0, counts

@@ -79,6 +79,11 @@ def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str
     cache = None
     if way == "beam":
         options["num_beams"] = 2
+    if not variant.graphs and way != "hf":
+        # On a GPU generate compiles the decode step itself, with graphs unless told
+        # otherwise: a variant without graphs must not get upstream's that way.
+        options["compile_config"] = CompileConfig(mode="default")
+        options.update({"disable_compile": True} if variant.name == "eager" else {})
     if way == "hf":
         compile_config = CompileConfig(mode="reduce-overhead" if variant.graphs else "default")
         compile_config._compile_all_devices = True  # the CPU emulator too

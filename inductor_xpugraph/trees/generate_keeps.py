@@ -18,7 +18,7 @@ holds is *handed over* (copied out of the pool, one device copy per block) inste
 stale: what upstream's ``cudagraph_trees_generation_cloning = "user_visible"`` does for every
 caller, and ``config.generation_cloning`` here. The copy is paid only for what is held: a
 plain decode loop holds nothing when its step ends (``generate`` drops each step's outputs),
-and the stack is looked at only when something is held. Outside ``generate`` the rule is
+and the stack is looked at only when something is held (and transformers is imported). Outside ``generate`` the rule is
 upstream's: a held output goes stale, and its message names the setting.
 """
 
@@ -32,6 +32,11 @@ GENERATE_FUNCTION = "generate"
 # How far up the stack to look: generate calls the compiled forward through a few frames
 # (its decoding method, the model's __call__, Dynamo's and AOT's wrappers, the tree's).
 _MAX_DEPTH = 64
+
+
+def generate_imported() -> bool:
+    """Whether Hugging Face generate is imported at all: where it is not, nothing is asked."""
+    return GENERATE_MODULE in sys.modules
 
 
 def inside_generate() -> bool:

@@ -55,7 +55,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import messages, stats
 from .backends import GraphBackend, backend_class
-from .generate_keeps import inside_generate
+from .generate_keeps import generate_imported, inside_generate
 from .generation import Generation, current_generation
 from .handed_out import HandedOut
 from .inputs import InputBuffers, MovingStorages
@@ -229,7 +229,8 @@ class GraphTree:
         self.unretired = ended = self.generation.take_handed_out()
         # Inside Hugging Face generate, what the caller holds is handed over, not made
         # stale (Note [What generate keeps]).
-        ended.keep_what_the_caller_keeps(inside_generate)
+        if generate_imported():
+            ended.keep_what_the_caller_keeps(inside_generate)
         # (Before retiring: what it carries goes to the new generation.)
         self.generation = Generation(current_generation())
         if self.state_outputs:

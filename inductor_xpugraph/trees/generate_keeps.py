@@ -17,9 +17,11 @@ So when a generation ends inside ``generate`` (a frame of
 holds is *handed over* (copied out of the pool, one device copy per block) instead of made
 stale: what upstream's ``cudagraph_trees_generation_cloning = "user_visible"`` does for every
 caller, and ``config.generation_cloning`` here. The copy is paid only for what is held: a
-plain decode loop holds nothing when its step ends (``generate`` drops each step's outputs),
-and the stack is looked at only when something is held (and transformers is imported). Outside ``generate`` the rule is
-upstream's: a held output goes stale, and its message names the setting.
+plain decode loop holds nothing when its step ends (``generate`` drops each step's outputs).
+Nothing is asked where transformers' generate is not imported; where it is, the held outputs
+are counted at each step's end (a reference count per output object of the step), and the
+stack is looked at only when something is held. Outside ``generate`` the rule is upstream's:
+a held output goes stale, and its message names the setting.
 """
 
 from __future__ import annotations

@@ -136,25 +136,31 @@ json.dump(results, open(result_path, "w"))
 """
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    """Run every runnable page's examples in one child process; per page, each example's
-    printed output and error, in order."""
-    directory = tmp_path_factory.mktemp("docs")
+def run_examples(directory: Path, pages: list[Path], **env: str) -> dict:
+    """Run ``pages``' examples in one child process (``env`` added to its environment); per
+    page, each example's printed output and error, in order."""
+    directory.mkdir(parents=True, exist_ok=True)
     plan = {
         _name(page): [
             {"code": e.code, "line": e.line, "continues": e.continues} for e in examples_of(page)
         ]
-        for page in RUNNABLE_PAGES
+        for page in pages
     }
     (directory / "plan.json").write_text(json.dumps(plan))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_XPUGRAPH_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_XPUGRAPH_")}
+    child_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    child_env.update(env)
     paths = [str(directory / name) for name in ("plan.json", "out", "run")]
     command = [sys.executable, "-c", _CHILD, *paths]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(command, env=child_env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((directory / "out").read_text())
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """Every runnable page's examples, run in one child process."""
+    return run_examples(tmp_path_factory.mktemp("docs"), RUNNABLE_PAGES)
 
 
 @pytest.mark.slow
@@ -170,6 +176,42 @@ def test_each_runnable_example_runs_and_prints_what_the_page_says(page, outcomes
                 f"{where} printed:\n{result['stdout']}\nwhere the page says:\n{example.expected}"
             )
     assert len(results) == len(examples)
+
+
+# What names a graph's source line in an example's output: ``x.py:12 in f``, or ``... in f``.
+SOURCE_LINE = re.compile(r"(?:\.py:\d+|\.\.\.) in [\w<>]+")
+PAGES_NAMING_LINES = [
+    page
+    for page in RUNNABLE_PAGES
+    if any(SOURCE_LINE.search(e.expected or "") for e in examples_of(page))
+]
+
+
+@pytest.mark.slow
+def test_examples_naming_source_lines_name_the_same_on_a_warm_cache(tmp_path):
+    """Run twice in fresh processes with Inductor's caches on, one cache for both (the second
+    run hits it): each example that names a source line prints what the page says both
+    times, and the same lines (``trees.source_lines``)."""
+    cache = str(tmp_path / "inductor-cache")
+    runs = [
+        run_examples(tmp_path / run, PAGES_NAMING_LINES, TORCHINDUCTOR_CACHE_DIR=cache)
+        for run in ("cold", "warm")
+    ]
+    checker, flags = doctest.OutputChecker(), doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    assert PAGES_NAMING_LINES
+    for page in PAGES_NAMING_LINES:
+        for number, example in enumerate(examples_of(page)):
+            if not SOURCE_LINE.search(example.expected or ""):
+                continue
+            cold, warm = (run[_name(page)][number] for run in runs)
+            where = f"{_name(page)}:{example.line}"
+            assert cold["error"] is None and warm["error"] is None, where
+            assert checker.check_output(example.expected, warm["stdout"], flags), (
+                f"{where}, warm, printed:\n{warm['stdout']}\nwhere the page says:\n"
+                f"{example.expected}"
+            )
+            lines = [SOURCE_LINE.findall(run["stdout"]) for run in (cold, warm)]
+            assert lines[0] == lines[1], where
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)

@@ -50,6 +50,9 @@ PRIVATE_APIS = [
     "torch._C._storage_Use_Count",
     "torch.UntypedStorage._new_with_weak_ptr",
     "torch._inductor.utils.ALIGNMENT",  # graphed_callable: the static inputs' alignment check
+    # trees/source_lines.py: the graph Dynamo is compiling, and the compile a backward is of
+    "torch._dynamo.symbolic_convert.tls",
+    "torch._guards.CompileContext.current_compile_id",
     # deploy/inputs.py: a loaded export's input check in C++; without it, the check in Python
     "torch._C._dynamo.guards.TensorGuards",
     # deploy/exporting.py: the export's static inputs told to Inductor (standalone_compile

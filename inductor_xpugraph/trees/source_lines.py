@@ -2,13 +2,20 @@
 
 The wrapper codegen writes the line of the graph's first op (or of the op that prevents
 capture) into the generated module (``source=``). That line is right when the module is
-loaded by the compile that generated it. Inductor's compile cache, though, keys on the graph
-and not on where it came from: a hit serves a module that another program, or an earlier
-version of this one, generated, with that program's line (seen: an edited script reported
-its old line numbers; a second function with the same body reported the first). So when the
-module is loaded any other way (a cache hit, a deployed export), the line comes from the
-stack instead: the innermost frame of the user's code that led to this load, which is the
-compiled call, or the ``backward()`` that compiled a backward graph.
+loaded by the compile that generated it. Inductor's compile caches key on the graph, not on
+where it came from: left alone, a hit would serve a module that another program, or an
+earlier version of this one, generated, with that program's line (an edited script's old line
+numbers; a second function with the same body naming the first).
+
+So the caches are keyed on where the graph comes from: ``graph_sources()``, the stack traces
+Dynamo recorded for every op of the graph being compiled, goes into the package's cache-key
+pass (``codegen.cache_key``), for the FX graph cache and AOTAutograd's alike. A backward
+compiled later, outside Dynamo, gets the sources its forward's compile noted. A hit then
+brings a module generated for these very lines, and the line it carries is used: the second
+run names what the first named. Only a module loaded outside such a compile (a deployed
+export, a graph Dynamo did not trace) takes its line from the stack instead: the innermost
+frame of the user's code that led to this load, which is the compiled call, or the
+``backward()`` that compiled a backward graph.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ import os
 import re
 import sys
 import types
+from typing import Any
 
+from torch._dynamo.symbolic_convert import tls as _dynamo_tls
+from torch._guards import CompileContext
 from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
 
@@ -36,7 +46,32 @@ def source_at_load(generated: str | None) -> str | None:
     """The source line of a graph whose module is being loaded now (see the docstring)."""
     if isinstance(V.graph, GraphLowering):  # the compile that generated the module
         return generated
+    if graph_sources() is not None:  # a cache hit keyed on these very lines
+        return generated
     return user_frame_source()
+
+
+# The sources noted for each compile, by compile id, for its backward compiled later.
+_SOURCES_BY_COMPILE: dict[Any, str] = {}
+_NOTED_COMPILES = 4096  # the oldest forgotten beyond this
+
+
+def graph_sources() -> str | None:
+    """Where the graph being compiled now comes from: the stack trace of each op of Dynamo's
+    graph, in order (so its files, lines, functions and code), or None outside a compile
+    Dynamo traced. For a backward compiled after its forward, what the forward's compile
+    noted (AOTAutograd compiles it under the forward's compile id)."""
+    compile_id = CompileContext.current_compile_id()
+    tx = getattr(_dynamo_tls, "current_tx", None)
+    if tx is None:
+        return _SOURCES_BY_COMPILE.get(compile_id) if compile_id is not None else None
+    traces = [node.meta.get("stack_trace") or "" for node in tx.output.graph.nodes]
+    sources = "\n".join(traces)
+    if compile_id is not None:
+        if len(_SOURCES_BY_COMPILE) >= _NOTED_COMPILES:
+            del _SOURCES_BY_COMPILE[next(iter(_SOURCES_BY_COMPILE))]
+        _SOURCES_BY_COMPILE[compile_id] = sources
+    return sources
 
 
 def user_frame_source() -> str | None:

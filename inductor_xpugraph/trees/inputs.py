@@ -19,6 +19,8 @@ model loaded again, another parameter set) is a new storage: it is recorded agai
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -169,6 +171,23 @@ def writable_view(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+# The file of the user's line that ends an input's name (``... at <path>:<line> in <function>``).
+_SOURCE_PATH = re.compile(r"(?<= at )(?P<path>.+?)(?=:\d+ in )")
+
+
+def _with_short_path(name: str) -> str:
+    """``name`` with an absolute path to its source file cut to the file's name: a file
+    outside the working directory (the source lines keep the path of one below it relative),
+    mostly a library's (``/opt/venv/lib/python3.12/site-packages/transformers/cache_utils.py``
+    is ``cache_utils.py``), whose directories would be most of a message listing inputs."""
+
+    def shortened(source: re.Match) -> str:
+        path = source["path"]
+        return os.path.basename(path) if os.path.isabs(path) else path
+
+    return _SOURCE_PATH.sub(shortened, name, count=1)
+
+
 class InputNames:
     """What a callable's static, mutated and object inputs are, by position (placeholder and
     first use; codegen provides them), for the messages about them."""
@@ -178,8 +197,12 @@ class InputNames:
 
     def describe(self, positions: Sequence[int], shown: int = 4) -> str:
         """``input 3 (arg3_1, read by L['self'].head (Linear) at model.py:20 in forward)``
-        (the first ``shown`` of them)."""
-        parts = [f"{i} ({self.names[i]})" if i in self.names else f"{i}" for i in positions]
+        (the first ``shown`` of them, and how many more; a source file outside the working
+        directory by its name alone)."""
+        parts = [
+            f"{i} ({_with_short_path(self.names[i])})" if i in self.names else f"{i}"
+            for i in positions
+        ]
         more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
         return ("input " if len(parts) == 1 else "inputs ") + ", ".join(parts[:shown]) + more
 

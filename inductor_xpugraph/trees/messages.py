@@ -91,10 +91,11 @@ def fallback_for_evicted_rerecords(generations: int, limit: int, limits: str) ->
 
 
 def unsafe_mutation(inputs: str) -> str:
+    """``inputs``: the written inputs that are new tensors at this call (the first few, and how
+    many more); what "new" means and what the next call does is in docs/troubleshooting.md."""
     return (
-        f"writes {inputs}, new tensors at this call (not parameters, buffers, outputs of an "
-        "earlier graph or the tensors of the call before; a cache that beam search reorders "
-        "into new tensors at every step, say): a graph writes fixed addresses, so this call "
+        f"writes {inputs}, new tensors at this call (not those of the call before, parameters, "
+        "buffers or outputs of an earlier graph): a graph writes fixed addresses, so this call "
         "runs un-graphed; pass the same tensors again and it is recorded"
     )
 

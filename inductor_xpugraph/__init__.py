@@ -18,9 +18,10 @@ Public API:
   ``torch.compiler.cudagraph_mark_step_begin()`` does the same.
 - ``config``: a torch ConfigModule, part of Inductor's cache key.
 
-A bad ``INDUCTOR_XPUGRAPH_*`` value makes the import raise ValueError naming the variable and
-what it accepts, and applies nothing; only this package's own command line records it instead,
-so that ``python -m inductor_xpugraph doctor`` can report it (``_settings`` says why).
+A bad ``INDUCTOR_XPUGRAPH_*`` value is warned about once at import, naming the variable and what
+it accepts, and ignored (the setting keeps its default; a bad device list enables nothing);
+this package's own command line says it in one line instead, and ``python -m
+inductor_xpugraph doctor`` reports it (``_settings`` says why).
 """
 
 from __future__ import annotations

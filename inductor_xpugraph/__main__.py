@@ -9,7 +9,7 @@ otherwise built when the package is installed).
 Errors that need no torch (a missing export or script, a device torch was not built for) are
 said before torch is imported.
 A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every other command says
-so in one line and exits 2 (``_settings``).
+so in one line and goes on without it, as a program importing the package does (``_settings``).
 
 Picks xpu, else cuda, else the CPU emulator; compiles a small model with
 ``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, the runtime
@@ -420,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     import inductor_xpugraph
 
     inductor_xpugraph._load_api()  # deferred while the arguments were parsed
-    if args.command != "doctor" and refused_settings():
-        return 2
+    if args.command != "doctor":
+        say_refused_settings()
     return args.run(args)
 
 
@@ -431,17 +431,16 @@ def _program_name() -> str:
     return "inductor-xpugraph" if script == "inductor-xpugraph" else "python -m inductor_xpugraph"
 
 
-def refused_settings() -> bool:
-    """Whether the package's import refused an ``INDUCTOR_XPUGRAPH_*`` value (it records them
-    under this command line instead of raising: ``_settings``); each is said in one line on
-    stderr. Every command but the doctor, which reports them, stops there."""
+def say_refused_settings() -> None:
+    """Say each ``INDUCTOR_XPUGRAPH_*`` value the package's import refused, in one line on
+    stderr: under this command line the import records them instead of warning
+    (``_settings``). The command goes on without them; the doctor reports them itself."""
     from . import _settings
 
-    for why in (_settings.refused or {}).values():
-        print(f"error: {why}", file=sys.stderr)
+    for said in (_settings.refused or {}).values():
+        print(f"warning: {said}", file=sys.stderr)
     if _settings.refused:
         print("(python -m inductor_xpugraph doctor checks every setting)", file=sys.stderr)
-    return bool(_settings.refused)
 
 
 if __name__ == "__main__":

@@ -2,22 +2,31 @@
 from the environment, set in code, or patched. (A module of its own because every
 module-level value of ``config`` becomes a setting.)
 
-A bad value from the environment, read when the package is imported, raises ValueError naming
-the variable and what it accepts, and the import fails: nothing of the environment is applied.
-One process is an exception: this package's own command line (``python -m inductor_xpugraph``,
-the ``inductor-xpugraph`` script). Python imports the package before it runs the command, so
-an import that raised would end ``doctor``, whose job is to report bad settings, with a
-traceback before it starts. There the import records each refused value in ``refused``
-instead, and the setting keeps its default (a refused device list enables nothing); the
-command then reports them: ``doctor`` as FAIL lines, every other command as one error line
-each, exiting 2 before it does anything. The exception is decided once, at import, from the
-command line, so that every other program keeps the rule.
+A bad value set in code or patched raises ValueError naming the setting and what it accepts,
+and changes nothing: it is the program's own line, and the traceback points at it.
+
+A bad value from the environment, read when the package is imported, is warned about once,
+naming the variable and what it accepts, and ignored: the setting keeps its default, and a
+bad device list enables nothing (not even xpu, the default). An environment value is set
+outside the program (a shell profile, a job script shared by many programs), where a
+traceback from ``import inductor_xpugraph`` would stop every program that imports the
+package, most of which may never compile for the device; running with the default, told so,
+costs at most the setting's effect. The warning is a ``SettingIgnoredWarning`` (a
+UserWarning), attributed to the line that imported the package.
+
+This package's own command line (``python -m inductor_xpugraph``, the ``inductor-xpugraph``
+script) records each refused value in ``refused`` instead of warning: Python imports the
+package before it runs the command, and ``doctor``, whose job is to report bad settings,
+reports them as FAIL lines; every other command says each in one line and goes on, as a
+program importing the package does. The exception is decided once, at import, from the
+command line.
 """
 
 import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -68,26 +77,64 @@ def _imported_by_the_command_line() -> bool:
 
 
 # Under the command line (see the module's docstring): variable -> why its value was refused at
-# import. None everywhere else: there a refused value raises.
+# import, and what is applied instead. None everywhere else: there a refused value is warned about.
 started_by_the_command_line = _imported_by_the_command_line()
 refused: dict[str, str] | None = {} if started_by_the_command_line else None
 
 
-def refuse(variable: str, why: str) -> None:
-    """Refuse the value of ``variable`` read at import: raise ``ValueError(why)``, or, under
-    the command line, record it in ``refused``; the caller then applies nothing of it."""
-    if refused is None:
-        raise ValueError(why) from None
-    refused[variable] = why
+class SettingIgnoredWarning(UserWarning):
+    """An ``INDUCTOR_XPUGRAPH_*`` value the package does not accept, ignored at import."""
+
+
+# What a refused value of each variable that is not a setting of ``config`` leaves applied:
+# the device list, which ``codegen.registration`` reads and refuses as a whole.
+_LEFT_WITHOUT_THE_VALUE = {
+    "INDUCTOR_XPUGRAPH_DEVICES": "no device is enabled from it (not even xpu, the default)",
+}
+_warned: set[str] = set()  # variables warned about in this process
+
+
+def refuse(variable: str, why: str, left: str | None = None) -> None:
+    """Refuse the value of ``variable`` read at import, where ``why`` names the variable and
+    what it accepts; the caller applies nothing of it. ``left``: what holds instead (the
+    setting's default). Warned about once per variable (``SettingIgnoredWarning``), or,
+    under the command line, recorded in ``refused``."""
+    left = left or _LEFT_WITHOUT_THE_VALUE.get(variable, "nothing of it is applied")
+    said = f"{why}; ignored: {left}"
+    if refused is not None:
+        refused[variable] = said
+        return
+    if variable in _warned:
+        return
+    _warned.add(variable)
+    warnings.warn(said, SettingIgnoredWarning, stacklevel=_stack_level_of_the_importer())
+
+
+def _stack_level_of_the_importer() -> int:
+    """The ``stacklevel`` that attributes a warning given by ``refuse`` to the first frame
+    outside this package and the import system (the line that imported the package),
+    counted as ``warnings`` counts frames: from ``refuse``'s (1), skipping the import
+    system's bootstrap frames, as it does."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 1  # the frame that called refuse
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        bootstrap = "importlib" in filename and "_bootstrap" in filename
+        if not bootstrap:
+            level += 1
+            if not (os.path.abspath(filename).startswith(package) or "importlib" in filename):
+                return level
+        frame = frame.f_back
+    return 2
 
 
 def from_environment(name: str, variable: str, default: Any) -> Any:
     """What ``config`` reads at import: ``environment_value``; a refused value goes to
-    ``refuse``, and the setting keeps ``default`` where that records it."""
+    ``refuse``, and the setting keeps ``default``."""
     try:
         return environment_value(name, variable, default)
     except ValueError as error:
-        refuse(variable, str(error))
+        refuse(variable, str(error), left=f"{name} keeps its default, {default!r}")
         return default
 
 

@@ -3,10 +3,11 @@
 Every value can be set in code (``inductor_xpugraph.config.warmup_runs = 2``), patched
 (``with inductor_xpugraph.config.patch(warmup_runs=2): ...``) or given from the environment
 with the variable named next to it (booleans as 1/0, true/false, yes/no, on/off). Each value
-is checked wherever it comes from: a bad one raises ValueError naming the setting and what it
-accepts, and changes nothing. The whole module is registered as Inductor's per-device
-codegen config, so it is part of the FX graph cache key: changing a value never returns a
-wrapper that was generated under another value.
+is checked wherever it comes from: a bad one set in code raises ValueError naming the setting
+and what it accepts, and changes nothing; a bad one from the environment is warned about at
+import and ignored, the setting keeping its default (``_settings``). The whole module is
+registered as Inductor's per-device codegen config, so it is part of the FX graph cache key:
+changing a value never returns a wrapper that was generated under another value.
 """
 
 import sys

@@ -6,7 +6,7 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
 
 - torch: its version against the supported range;
 - settings: each ``INDUCTOR_XPUGRAPH_*`` variable that ``import inductor_xpugraph`` reads holds
-  a value it accepts (a bad one makes the import raise ValueError);
+  a value it accepts (a bad one is warned about at import and ignored);
 - per device (xpu, cuda): available or not, its name, the graph API the backend needs;
   no device at all is a WARN (only the CPU emulator runs: tests and demos);
 - per xpu device: how torch's XPUGraph records there (command buffers or natively), and how
@@ -28,13 +28,13 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
   recording mode, how it was chosen, and what the recording probe finds on it), not an XPU
   measurement.
 
-No check raises: one that does is a FAIL line with its error. A bad setting does not stop the
-command either: ``python -m inductor_xpugraph`` imports the package before it runs, and that
-import, which raises ValueError on a bad ``INDUCTOR_XPUGRAPH_*`` value in any other program,
-keeps the setting's default there and leaves the value to this check (``_settings``). The
-settings check reads the environment afresh, so ``doctor.main()`` in a process whose
-environment changed after the import reports what a new import would refuse; the probe's
-child runs without the refused variables.
+No check raises: one that does is a FAIL line with its error. A bad setting is a FAIL line:
+``python -m inductor_xpugraph`` imports the package before it runs, and that import, which
+warns about a bad ``INDUCTOR_XPUGRAPH_*`` value and ignores it in any other program, ignores it
+silently there and leaves it to this check (``_settings``). The settings check reads the
+environment afresh, so ``doctor.main()`` in a process whose environment changed after the
+import reports what a new import would refuse; the probe's child runs without the refused
+variables.
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def check_settings() -> list[Finding]:
                 Status.FAIL,
                 why,
                 f"{variable} accepts {accepted}; until it is fixed or unset, import "
-                "inductor_xpugraph raises ValueError",
+                "inductor_xpugraph warns and ignores it",
             )
             for variable, (why, accepted) in bad.items()
         ]

@@ -7,8 +7,9 @@ used exactly where a CUDA user expects them: when Inductor's own switch is on
 
 Public API:
 - ``enable(device)`` / ``disable(device)`` for "xpu", "cuda", "cpu" (the CPU emulator: for
-  tests and demos, never faster); ``INDUCTOR_XPUGRAPH_DEVICES=xpu,cuda`` does the same at
-  import (default: "xpu"; an empty value enables nothing).
+  tests and demos, never faster); ``enable`` warns once where this process cannot run the
+  device. ``INDUCTOR_XPUGRAPH_DEVICES=xpu,cuda`` does the same at import, silently (default:
+  "xpu"; an empty value enables nothing).
 - ``stats()``: counters (warmups, records, replays, rerecords, fallbacks, skips and their
   reasons, pool bytes). ``reset()``: drop every graph and pool, zero the counters.
 - ``report()``: every tree, callable and event (skips, fallbacks, re-records) with the
@@ -51,9 +52,10 @@ def _load_api() -> None:
     package; what ``import inductor_xpugraph`` does, except under the command line, which
     calls it once its arguments are parsed."""
     config = importlib.import_module(".config", __name__)  # (not ``from .``: __getattr__)
-    from .codegen import disable, enable, enable_from_environment, enabled_devices
+    from .codegen import disable, enable_from_environment, enabled_devices
     from .diagnostics.report import counters as stats
     from .diagnostics.report import report, report_at_exit_if_asked
+    from .enabling import enable
     from .trees import mark_step_begin, mark_warmup_incomplete, reset
 
     globals().update(

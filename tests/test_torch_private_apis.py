@@ -58,6 +58,8 @@ PRIVATE_APIS = [
     # deploy/exporting.py: the export's static inputs told to Inductor (standalone_compile
     # passes its options to compile_fx, whose inner_compile this is)
     "torch._inductor.compile_fx.compile_fx_inner",
+    # enabling.py: whether the process can run a device, as Inductor asks
+    "torch._dynamo.device_interface.get_interface_for_device",
 ]
 
 # trees/backends/cuda.py: allocator checkpoints, in CUDA builds only.

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import inductor_xpugraph
-from inductor_xpugraph import __main__
+from inductor_xpugraph import __main__, codegen
 from inductor_xpugraph.diagnostics import doctor, probe_report
 from inductor_xpugraph.diagnostics.findings import Finding, Status
 
@@ -85,13 +85,15 @@ def test_torch_versions_are_checked_against_the_supported_range(version, status)
 
 
 def registration_finding(device: str, enabled: bool):
-    """``check_registration`` for ``device`` enabled or not; the state is restored after."""
-    was_enabled = device in inductor_xpugraph.enabled_devices()
-    (inductor_xpugraph.enable if enabled else inductor_xpugraph.disable)(device)
+    """``check_registration`` for ``device`` registered or not (the registration itself, which
+    does not warn about a device this machine lacks, as ``inductor_xpugraph.enable`` does);
+    the state is restored after."""
+    was_enabled = device in codegen.enabled_devices()
+    (codegen.enable if enabled else codegen.disable)(device)
     try:
         (finding,) = doctor.check_registration([device])
     finally:
-        (inductor_xpugraph.enable if was_enabled else inductor_xpugraph.disable)(device)
+        (codegen.enable if was_enabled else codegen.disable)(device)
     return finding
 
 

@@ -7,7 +7,9 @@ its devices record graphs (``doctor``); ``doctor --device cpu --sycl-rules 2.13`
 ``python -m inductor_xpugraph build``: build the package's C++ module for this torch (``native``;
 otherwise built when the package is installed).
 Errors that need no torch (a missing export or script, a device torch was not built for) are
-said before torch is imported.
+said before torch is imported. A C++ compiler missing for Inductor's CPU kernels is said in one
+line, with the fix (``diagnostics.cpp_compiler``): by ``demo`` on the CPU emulator before it
+compiles, by ``report`` when it stops the script.
 A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every other command says
 so in one line and goes on without it, as a program importing the package does (``_settings``).
 
@@ -68,6 +70,13 @@ def demo(args: argparse.Namespace) -> int:
     if missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
+    if device == "cpu":
+        from .diagnostics import cpp_compiler
+
+        lacking = cpp_compiler.missing()
+        if lacking:
+            print(f"error: {lacking}", file=sys.stderr)
+            return 2
     inductor_xpugraph.enable(device)
     if device == "cpu":
         print(
@@ -422,7 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     inductor_xpugraph._load_api()  # deferred while the arguments were parsed
     if args.command != "doctor":
         say_refused_settings()
-    return args.run(args)
+    try:
+        return args.run(args)
+    except Exception as error:  # a compiler missing is said in one line, with the fix
+        from .diagnostics import cpp_compiler
+
+        if not cpp_compiler.is_missing_compiler(error):
+            raise
+        print(f"error: {cpp_compiler.stopped()}", file=sys.stderr)
+        return 1
 
 
 def _program_name() -> str:

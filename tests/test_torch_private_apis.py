@@ -58,6 +58,11 @@ PRIVATE_APIS = [
     # deploy/exporting.py: the export's static inputs told to Inductor (standalone_compile
     # passes its options to compile_fx, whose inner_compile this is)
     "torch._inductor.compile_fx.compile_fx_inner",
+    # diagnostics/cpp_compiler.py: the C++ compiler Inductor's CPU kernels need, looked for as
+    # Inductor looks, and its error where there is none
+    "torch._inductor.config.cpp.cxx",
+    "torch._inductor.config.is_fbcode",
+    "torch._inductor.exc.InvalidCxxCompiler",
     # enabling.py: whether the process can run a device, as Inductor asks
     "torch._dynamo.device_interface.get_interface_for_device",
 ]

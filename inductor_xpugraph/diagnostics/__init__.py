@@ -7,9 +7,11 @@
   (``probe_exercises``: their inputs); ``probe_report`` starts it and turns what it printed
   into findings;
 - ``report``: ``inductor_xpugraph.report()``, what the trees hold and why
-  (``report_records``: the records and their text; ``report_picture``: the drawing).
+  (``report_records``: the records and their text; ``report_picture``: the drawing);
+- ``cpp_compiler``: the C++ compiler Inductor's CPU kernels, and so the CPU emulator, need
+  (the doctor's line, and the command line's one-line error without one).
 
 Arrows run one way: ``doctor`` -> ``probe_report`` -> ``device_probe``, ``findings``;
-``report`` -> ``report_picture`` -> ``report_records``; all of them read ``trees`` and
-``codegen``, which never import this package.
+``doctor`` -> ``cpp_compiler``; ``report`` -> ``report_picture`` -> ``report_records``; all of
+them read ``trees`` and ``codegen``, which never import this package.
 """

@@ -13,6 +13,8 @@ command prints one line per finding and exits 1 when any check FAILs, else 0. Ch
   that was found: from the setting, from the build, probed, or assumed from the release (a
   WARN: the probe could not tell; ``trees.backends.xpu_recording``);
 - Triton, which Inductor needs to generate the kernels of an available device;
+- where the CPU emulator is probed or enabled, the C++ compiler Inductor compiles its CPU
+  kernels with (``cpp_compiler``: looked up as Inductor looks, never run);
 - the stale-output error path: torch's binding, else the package's compiled module (found,
   never built here: ``python -m inductor_xpugraph build`` builds it), else copies or
   silently stale outputs;
@@ -126,6 +128,33 @@ def check_triton(devices: list[str]) -> Finding:
     import triton
 
     return Finding("triton", Status.OK, f"{triton.__version__}")
+
+
+def check_cpp_compiler(emulator: bool) -> list[Finding]:
+    """Where the CPU emulator is checked (``emulator``): the C++ compiler Inductor compiles
+    the emulator's CPU kernels with, or a FAIL saying that there is none and how to get one
+    (without it the emulator runs nothing that has a kernel of Inductor's)."""
+    from . import cpp_compiler
+
+    if not emulator:
+        return []
+    found = cpp_compiler.found()
+    if found is not None:
+        return [
+            Finding(
+                "C++ compiler (cpu)",
+                Status.OK,
+                f"{found}: Inductor compiles the CPU emulator's kernels with it",
+            )
+        ]
+    return [
+        Finding(
+            "C++ compiler (cpu)",
+            Status.FAIL,
+            f"{cpp_compiler.NEEDED}; none found: looked for {cpp_compiler.searched()}",
+            cpp_compiler.FIX,
+        )
+    ]
 
 
 def check_stale_output_errors() -> Finding:
@@ -446,6 +475,7 @@ def diagnose(
 
     not_started = _guarded("graphs", start_probes) if probe else []
     emulator = ["cpu"] if "cpu" in enabled_devices() else []
+    checks_the_emulator = bool(emulator) or "cpu" in (probe_devices or [])
     findings = [
         *([check_sycl_rules(sycl_rules)] if sycl_rules else []),
         *_guarded("torch", check_torch),
@@ -453,6 +483,7 @@ def diagnose(
         *_guarded("device", lambda: check_devices(devices)),
         *_guarded("xpu recording", lambda: check_xpu_recording(devices)),
         *_guarded("triton", lambda: check_triton(devices)),
+        *_guarded("C++ compiler (cpu)", lambda: check_cpp_compiler(checks_the_emulator)),
         *_guarded("stale-output errors", check_stale_output_errors),
         *_guarded("upstream settings", check_upstream_settings),
         *_guarded("registration", lambda: check_registration(devices + emulator)),

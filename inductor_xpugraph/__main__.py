@@ -6,10 +6,10 @@ its devices record graphs (``doctor``); ``doctor --device cpu --sycl-rules 2.13`
 ``python -m inductor_xpugraph report script.py [args]``: run a script, then print its report.
 ``python -m inductor_xpugraph build``: build the package's C++ module for this torch (``native``;
 otherwise built when the package is installed).
-Errors that need no torch (a missing export or script, a device torch was not built for) are
-said before torch is imported. A C++ compiler missing for Inductor's CPU kernels is said in one
-line, with the fix (``diagnostics.cpp_compiler``): by ``demo`` on the CPU emulator before it
-compiles, by ``report`` when it stops the script.
+Errors that need no torch (a path that is not an export, a missing script, a device torch was
+not built for) are said before torch is imported. A C++ compiler missing for Inductor's CPU
+kernels is said in one line, with the fix (``diagnostics.cpp_compiler``): by ``demo`` on the CPU
+emulator before it compiles, by ``report`` when it stops the script.
 A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every other command says
 so in one line and goes on without it, as a program importing the package does (``_settings``).
 
@@ -292,11 +292,13 @@ def build_compiled_module(args: argparse.Namespace) -> int:
 
 
 def refusal_before_torch(args: argparse.Namespace) -> str:
-    """Why the command cannot run, where finding out needs no torch ("" if it can run): a
-    missing export or script, a device this torch was not built for. Said at once, before
-    torch's import (seconds) and before anything runs."""
-    if args.command == "inspect" and not os.path.isdir(args.artifact):
-        return f"{args.artifact} is not an inductor_xpugraph export (no such directory)"
+    """Why the command cannot run, where finding out needs no torch ("" if it can run): a path
+    that is not an export, a missing script, a device this torch was not built for. Said at
+    once, before torch's import (seconds) and before anything runs."""
+    if args.command == "inspect":
+        from ._export_directory import not_an_export
+
+        return not_an_export(args.artifact)
     if args.command == "report" and not os.path.exists(args.script):
         return f"cannot run {args.script}: no such file"
     if args.command == "demo" and args.device in ("cuda", "xpu"):

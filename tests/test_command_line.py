@@ -1,6 +1,7 @@
-"""The command line's first moments: help, usage errors and errors that need no torch (a
-missing export or script, a device torch was not built for) answer without importing it, a
-device this torch lacks is one line and exit status 2, the usage names the program."""
+"""The command line's first moments: help, usage errors and errors that need no torch (a path
+that is not an export, a missing script, a device torch was not built for) answer without
+importing it, a device this torch lacks is one line and exit status 2, the usage names the
+program."""
 
 import subprocess
 import sys
@@ -65,6 +66,25 @@ def test_inspect_says_of_a_missing_export_what_the_export_reader_says(tmp_path):
         describe(str(missing))
     done = run_command("inspect", str(missing))
     assert done.stderr.splitlines()[-1] == f"error: {raised.value}"
+
+
+def test_inspect_of_a_file_says_it_is_not_an_export_directory_and_what_one_is(tmp_path):
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"")
+    done = run_command("inspect", str(model))
+    assert done.returncode == 2
+    assert f"{model} is not an inductor_xpugraph export directory: it is a file; " in done.stderr
+    assert "its manifest, inductor_xpugraph.json, beside the compiled graphs" in done.stderr
+    assert "torch" not in modules_imported(done.stderr)
+
+
+def test_inspect_of_a_directory_without_a_manifest_answers_without_importing_torch(tmp_path):
+    done = run_command("inspect", str(tmp_path))
+    assert done.returncode == 2
+    assert "the directory holds no inductor_xpugraph.json; an export is the directory" in (
+        done.stderr
+    )
+    assert "torch" not in modules_imported(done.stderr)
 
 
 def test_report_of_a_missing_script_answers_without_importing_torch(tmp_path):

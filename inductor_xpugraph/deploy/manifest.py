@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
+from .._export_directory import MANIFEST, not_an_export
 from .._version import __version__
 
-MANIFEST = "inductor_xpugraph.json"
 RUNTIME_IMPORT = "import inductor_xpugraph.trees"
 # 2: "files", the SHA-256 of every file of the export; 3: "constants", tensors the traced
 # function made, saved in CONSTANTS and appended to each call by ``load``; 4: "inputs", what
@@ -44,11 +44,10 @@ class ArtifactError(RuntimeError):
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the export at ``path``, every field checked (``ArtifactError`` else)."""
-    if not path.is_dir():
-        raise ArtifactError(f"{path} is not an inductor_xpugraph export (no such directory)")
+    why_not = not_an_export(path)
+    if why_not:
+        raise ArtifactError(why_not)
     manifest_path = path / MANIFEST
-    if not manifest_path.exists():
-        raise ArtifactError(f"{path} is not an inductor_xpugraph export (no {MANIFEST})")
     try:
         manifest = json.loads(manifest_path.read_text())
     except ValueError as error:

@@ -338,9 +338,10 @@ def test_an_export_whose_constants_were_edited_is_refused(tmp_path):
         load(tmp_path / "shifted")
 
 
-def test_load_of_a_missing_export_says_so(tmp_path):
-    with pytest.raises(ArtifactError, match="no such directory"):
+def test_load_of_a_missing_export_says_so_and_what_an_export_is(tmp_path):
+    with pytest.raises(ArtifactError, match="not an inductor_xpugraph export directory") as raised:
         load(tmp_path / "nothing")
+    assert "nothing is there; an export is the directory" in str(raised.value)
 
 
 def test_load_of_a_corrupt_manifest_says_so(exported, tmp_path):

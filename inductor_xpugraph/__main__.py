@@ -359,8 +359,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=_program_name())
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="compile a small model and show the graphs")
-    demo_parser.add_argument("--device", choices=("xpu", "cuda", "cpu"), default=None)
-    demo_parser.add_argument("--layers", type=int, default=16)
+    demo_parser.add_argument(
+        "--device",
+        choices=("xpu", "cuda", "cpu"),
+        default=None,
+        help="run on this device (cpu: the CPU emulator). Default: xpu where torch sees one, "
+        "else cuda, else the CPU emulator",
+    )
+    demo_parser.add_argument(
+        "--layers",
+        type=int,
+        default=16,
+        metavar="N",
+        help="the model's depth: N x (Linear 64 + GELU) (default: 16)",
+    )
     demo_parser.add_argument("--picture", default=None, help="draw the report (.png, .svg)")
     demo_parser.set_defaults(run=demo)
     report_parser = commands.add_parser(

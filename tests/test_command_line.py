@@ -30,6 +30,13 @@ def test_help_prints_the_commands_without_importing_torch():
     assert "torch" not in modules_imported(done.stderr)
 
 
+def test_the_demos_help_says_what_each_option_does():
+    done = run_command("demo", "--help")
+    options = " ".join(done.stdout.split()).split("options: ", 1)[1]
+    assert "--device {xpu,cuda,cpu} run on this device (cpu: the CPU emulator)." in options
+    assert "--layers N the model's depth: N x (Linear 64 + GELU) (default: 16)" in options
+
+
 def test_an_unknown_command_is_a_usage_error_without_importing_torch():
     done = run_command("frobnicate")
     assert done.returncode == 2 and "invalid choice: 'frobnicate'" in done.stderr

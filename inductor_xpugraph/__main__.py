@@ -14,8 +14,9 @@ A bad ``INDUCTOR_XPUGRAPH_*`` value is one of the doctor's FAIL lines; every oth
 so in one line and goes on without it, as a program importing the package does (``_settings``).
 
 Picks xpu, else cuda, else the CPU emulator; compiles a small model with
-``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, the runtime
-counters and a short timing table.
+``mode="reduce-overhead"``; prints the graph-tree lines Inductor generated, whether the
+graphed model's output equals eager's (a difference is a loud line, and exit status 1), the
+runtime counters and a short timing table.
 """
 
 from __future__ import annotations
@@ -101,7 +102,14 @@ def demo(args: argparse.Namespace) -> int:
         print("Graph-tree lines Inductor generated (shortened; TORCH_LOGS=output_code shows all):")
         for source in sources:
             print("    " + graph_tree_lines(source).replace("\n", "\n    "))
-        torch.testing.assert_close(graphed(x), model(x), rtol=1e-4, atol=1e-4)
+        difference = difference_from_eager(graphed(x), model(x))
+        if difference:
+            print(f"\nRESULTS DIFFER FROM EAGER: {difference}. Please report this output.")
+        else:
+            print(
+                "\nResults: the graphed model's output equals eager's within "
+                f"rtol=atol={RESULT_TOLERANCE:g} (torch.testing.assert_close)."
+            )
 
         timings = {
             "eager": time_per_call(model, x, device),
@@ -146,7 +154,25 @@ def demo(args: argparse.Namespace) -> int:
     print(inductor_xpugraph.report(args.picture))
     if args.picture:
         print(f"(drawn into {args.picture})")
+    if difference:
+        print(f"\nRESULTS DIFFER FROM EAGER (see above): {difference}", file=sys.stderr)
+        return 1
     return 0
+
+
+RESULT_TOLERANCE = 1e-4  # relative and absolute, as torch.testing.assert_close takes them
+
+
+def difference_from_eager(graphed, eager) -> str:
+    """How the graphed model's output differs from eager's, in one line ("" where it does not:
+    ``torch.testing.assert_close`` within ``RESULT_TOLERANCE``)."""
+    import torch
+
+    try:
+        torch.testing.assert_close(graphed, eager, rtol=RESULT_TOLERANCE, atol=RESULT_TOLERANCE)
+    except AssertionError as mismatch:
+        return " ".join(str(mismatch).split())
+    return ""
 
 
 # The dict of names a graphify call gets, one entry per line: a line per parameter.

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from inductor_xpugraph.__main__ import graph_tree_lines
+from inductor_xpugraph.__main__ import difference_from_eager, graph_tree_lines
 from inductor_xpugraph.codegen.eligibility import GraphPlan, GraphTarget
 from inductor_xpugraph.codegen.render import render
 from inductor_xpugraph.trees.node import Phase
@@ -39,9 +40,17 @@ def test_the_demo_shows_generated_graph_calls_and_graphs_replaying(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = proc.stdout
     assert "_graph_trees.graphify(" in out  # the generated wrapper's lines
+    assert "Results: the graphed model's output equals eager's within rtol=atol=0.0001" in out
     assert "records: 1" in out and "fallbacks: 0" in out
     assert "1 warmup, 1 record, 10 replays" in out  # the sampling loop stays graphed
     assert "report: 8 recordings" in out and "0 fallbacks" in out  # the training loop
+
+
+def test_a_difference_from_eager_is_said_in_one_line_and_none_where_the_outputs_agree():
+    graphed, eager = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 3.0])
+    difference = difference_from_eager(graphed, eager)
+    assert difference.startswith("Tensor-likes are not close!") and "\n" not in difference
+    assert difference_from_eager(eager, eager.clone()) == ""
 
 
 GENERATED = """\

@@ -258,6 +258,15 @@ def test_the_readme_gives_the_setup_commands_as_ci_runs_them():
     assert demo_command in readme
 
 
+def test_the_readme_lists_every_key_of_stats():
+    import inductor_xpugraph
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `stats()` |"))
+    listed = re.findall(r"`(\w+)`", row.split("counters:", 1)[1])
+    assert listed == list(inductor_xpugraph.stats())
+
+
 def test_the_readme_stays_short():
     lines = len((REPO_ROOT / "README.md").read_text().splitlines())
     assert lines <= README_LINE_LIMIT, f"README.md has {lines} lines (limit {README_LINE_LIMIT})"

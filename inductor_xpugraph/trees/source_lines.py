@@ -8,8 +8,9 @@ earlier version of this one, generated, with that program's line (an edited scri
 numbers; a second function with the same body naming the first).
 
 So the caches are keyed on where the graph comes from: ``graph_sources()``, the stack traces
-Dynamo recorded for every op of the graph being compiled, goes into the package's cache-key
-pass (``codegen.cache_key``), for the FX graph cache and AOTAutograd's alike. A backward
+Dynamo recorded for every op of the graph being compiled (files by name: the same program in
+another directory or on another machine hits), goes into the package's cache-key pass
+(``codegen.cache_key``), for the FX graph cache and AOTAutograd's alike. A backward
 compiled later, outside Dynamo, gets the sources its forward's compile noted. A hit then
 brings a module generated for these very lines, and the line it carries is used: the second
 run names what the first named. Only a module loaded outside such a compile (a deployed
@@ -51,6 +52,9 @@ def source_at_load(generated: str | None) -> str | None:
     return user_frame_source()
 
 
+# A frame's file in a stack trace, its directory apart: 'File "/a/b/x.py"' -> x.py.
+_DIRECTORY = re.compile(r'File "(?:[^"]*[\\/])?([^"\\/]+)"')
+
 # The sources noted for each compile, by compile id, for its backward compiled later.
 _SOURCES_BY_COMPILE: dict[Any, str] = {}
 _NOTED_COMPILES = 4096  # the oldest forgotten beyond this
@@ -58,7 +62,7 @@ _NOTED_COMPILES = 4096  # the oldest forgotten beyond this
 
 def graph_sources() -> str | None:
     """Where the graph being compiled now comes from: the stack trace of each op of Dynamo's
-    graph, in order (so its files, lines, functions and code), or None outside a compile
+    graph, in order (its files by name, lines, functions and code), or None outside a compile
     Dynamo traced. For a backward compiled after its forward, what the forward's compile
     noted (AOTAutograd compiles it under the forward's compile id)."""
     compile_id = CompileContext.current_compile_id()
@@ -66,7 +70,9 @@ def graph_sources() -> str | None:
     if tx is None:
         return _SOURCES_BY_COMPILE.get(compile_id) if compile_id is not None else None
     traces = [node.meta.get("stack_trace") or "" for node in tx.output.graph.nodes]
-    sources = "\n".join(traces)
+    # Files by name, not by directory: the same program elsewhere (another checkout, a
+    # container, cache artifacts loaded on another machine) hits what it saved.
+    sources = _DIRECTORY.sub(r'File "\1"', "\n".join(traces))
     if compile_id is not None:
         if len(_SOURCES_BY_COMPILE) >= _NOTED_COMPILES:
             del _SOURCES_BY_COMPILE[next(iter(_SOURCES_BY_COMPILE))]

@@ -5,6 +5,7 @@ Four ways to ship compiled code: our export (``standalone_compile`` artifacts),
 (``save_cache_artifacts``), and the generated wrapper module run as a script.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -526,6 +527,22 @@ def test_aot_compiled_function_loads_in_a_torch_only_process_and_replays(deploy_
     assert_replayed_without_compiling(result)
 
 
+# The program both processes of the cache-artifact test compile.
+PROGRAM = """import torch
+
+
+def mlp(x, w1, w2):
+    return torch.relu(x @ w1) @ w2 + 1
+"""
+
+
+def _module_from(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.slow
 def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
     deploy_device, tmp_path, monkeypatch
@@ -537,11 +554,18 @@ def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
     # this test's own keeps the graph's entries out of the loader's cache directory (the
     # session's, where its kernels are already built), and the compile here writes its entries
     # into an empty directory: the loader can only hit through the artifacts.
+    # Both processes compile the same program: the keys hold where the graph comes from
+    # (``trees.source_lines``), its files by name, so it may lie in another directory there.
     tag = f"test_deploy-{uuid.uuid4().hex}"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     inputs = device_inputs(deploy_device)
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "loaded").mkdir()
+    for where in ("saved", "loaded"):
+        (tmp_path / where / "program.py").write_text(PROGRAM)
+    program = _module_from(tmp_path / "saved" / "program.py")
     with torch.compiler.config.patch(cache_key_tag=tag):
-        compiled = torch.compile(mlp, mode="reduce-overhead")
+        compiled = torch.compile(program.mlp, mode="reduce-overhead")
         for _ in range(3):
             compiled(*inputs)
         artifacts, info = torch.compiler.save_cache_artifacts()
@@ -557,6 +581,9 @@ def test_cache_artifacts_hit_in_a_fresh_process_with_the_extension_enabled(
         with open(sys.argv[1], "rb") as file:
             torch.compiler.load_cache_artifacts(file.read())
         import inductor_xpugraph  # enables INDUCTOR_XPUGRAPH_DEVICES
+        import os
+        sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "loaded"))
+        from program import mlp
         check(torch.compile(mlp, mode="reduce-overhead"))
         report()
         """,

@@ -427,13 +427,15 @@ def test_a_capture_failure_in_the_child_is_a_warn_in_the_devices_words():
 
 
 @pytest.mark.slow
-def test_a_child_that_cannot_import_the_package_fails_naming_the_setting():
-    run = child_result(env={**os.environ, "INDUCTOR_XPUGRAPH_WARMUP_RUNS": "0"})
+def test_a_child_that_cannot_import_the_package_fails_naming_why(tmp_path):
+    """The probe's process finds a torch that raises (a broken install shadowing torch)."""
+    broken = tmp_path / "torch"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('a broken install')\n")
+    run = child_result(env={**os.environ, "PYTHONPATH": str(tmp_path)})
     (finding,) = probe_report.probe_findings("cpu", run)
     assert finding.status is Status.FAIL
-    assert "cannot import inductor_xpugraph: ValueError: INDUCTOR_XPUGRAPH_WARMUP_RUNS='0'" in (
-        finding.detail
-    )
+    assert "cannot import inductor_xpugraph: ImportError: a broken install" in finding.detail
 
 
 def test_a_probe_that_does_not_finish_in_time_warns_with_its_last_step(child_runs):

@@ -93,7 +93,7 @@ def generation(variant: measure.Variant, way: str) -> Callable[[], None]:
     """The model set up for ``way`` and ``variant``; each call generates for the next of two
     prompts and keeps the output (``call.outputs``). ``call.new_tokens`` and ``call.model`` are
     what ``real_clients.token_time`` reads."""
-    from transformers import CompileConfig, StaticCache
+    from transformers import CompileConfig
 
     device, batch = variant.device, 1
     config = llama_config(device)
@@ -127,13 +127,8 @@ def generation(variant: measure.Variant, way: str) -> Callable[[], None]:
             draft.forward = variant.compile(draft.forward)
             options["assistant_model"] = draft
         else:
-            cache = StaticCache(config=config, max_cache_len=PROMPT_TOKENS + new_tokens)
-            if way == "early":
-                cache.early_initialization(
-                    batch_size=batch, num_heads=config.num_key_value_heads,
-                    head_dim=config.hidden_size // config.num_attention_heads,
-                    dtype=model.dtype, device=model.device,
-                )  # fmt: skip
+            max_cache_len = PROMPT_TOKENS + new_tokens
+            cache = real_clients.static_cache(model, batch, max_cache_len, way == "early")
             options[real_clients.cache_keyword()] = cache
             if way == "beam":
                 options["num_beams"] = 2

@@ -53,12 +53,28 @@ def cache_keyword() -> str:
     return "cache" if version >= (5, 24) else "past_key_values"
 
 
+def static_cache(model: Any, batch: int, max_cache_len: int, early: bool) -> Any:
+    """A ``StaticCache`` for ``model``: made first (``early_initialization``) when ``early``,
+    else filled lazily at its first update."""
+    from transformers import StaticCache
+
+    config = model.config
+    cache = StaticCache(config=config, max_cache_len=max_cache_len)
+    if early:
+        cache.early_initialization(
+            batch_size=batch, num_heads=config.num_key_value_heads,
+            head_dim=config.hidden_size // config.num_attention_heads,
+            dtype=model.dtype, device=model.device,
+        )  # fmt: skip
+    return cache
+
+
 def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str]:
     """``way``: "lazy" (``model.forward`` compiled, one StaticCache made inside the first
     compiled call, reset and passed to every call), "early" (the same, the cache made
     first), "hf" (transformers' own compile path), "new_cache" (``model.forward`` compiled,
     ``cache_implementation="static"``: a new cache per call), "beam" ("lazy", two beams)."""
-    from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, StaticCache
+    from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
 
     device, big = variant.device, variant.device != "cpu"
     config = LlamaConfig(
@@ -94,13 +110,7 @@ def generate(variant: measure.Variant, batch: int, way: str) -> Callable[[], str
         options["cache_implementation"] = "static"
     else:
         model.forward = variant.compile(model.forward)
-        cache = StaticCache(config=config, max_cache_len=16 + new_tokens)
-        if way == "early":
-            cache.early_initialization(
-                batch_size=batch, num_heads=config.num_key_value_heads,
-                head_dim=config.hidden_size // config.num_attention_heads,
-                dtype=model.dtype, device=model.device,
-            )  # fmt: skip
+        cache = static_cache(model, batch, 16 + new_tokens, early=way == "early")
         options[cache_keyword()] = cache
     kept: list[torch.Tensor] = []
 

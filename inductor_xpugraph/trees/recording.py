@@ -352,8 +352,6 @@ class Recording:
         replays the call (Note [State moved into a recording's memory] in
         ``recorded_state``): its state died, and the call's inputs differ from the
         recording's only by new state laid out as the dead state was."""
-        if not self.state.died():
-            return False
         moved, replaced = self.changed_inputs(args)
         return not replaced and self.state.adoptable(args, moved)
 

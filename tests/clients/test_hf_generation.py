@@ -87,13 +87,13 @@ def run_each(model, calls, generate_one, counter="replays"):
     return tokens, counts
 
 
-def static_cache(model, early: bool):
+def static_cache(model, early: bool, max_cache_len: int = MAX_CACHE_LEN, batch: int = 1):
     config = model.config
-    cache = transformers.StaticCache(config=config, max_cache_len=MAX_CACHE_LEN)
+    cache = transformers.StaticCache(config=config, max_cache_len=max_cache_len)
     if early:
         heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
         cache.early_initialization(
-            batch_size=1, num_heads=heads,
+            batch_size=batch, num_heads=heads,
             head_dim=config.hidden_size // config.num_attention_heads,
             dtype=model.dtype, device=model.device,
         )  # fmt: skip
@@ -507,14 +507,9 @@ def test_each_recipe_at_a_decoder_size_gives_eager_tokens_for_20_calls(
         if way == "new_cache":
             options["cache_implementation"] = "static"
         else:
-            batch = options["num_beams"]
-            cache = transformers.StaticCache(config=config, max_cache_len=16 + DECODER_NEW_TOKENS)
-            if way == "early":
-                cache.early_initialization(
-                    batch_size=batch, num_heads=config.num_key_value_heads,
-                    head_dim=config.hidden_size // config.num_attention_heads,
-                    dtype=model.dtype, device=model.device,
-                )  # fmt: skip
+            cache = static_cache(
+                model, way == "early", 16 + DECODER_NEW_TOKENS, batch=options["num_beams"]
+            )
             options[CACHE] = cache
     for call in range(20):
         if cache is not None:

@@ -10,8 +10,8 @@ graph: an input copy and a replay, no Dynamo, no tree) and ``hand_replay_4th_gra
 same after three throwaway graphs: from a process's fourth graph on, kernels idle longer
 between each other, docs/latency.md). Deployed variants export in one process and load in the
 measured one. ``--breakdown`` peels ours' call layer by layer: the whole call,
-``GraphedCallable`` (the tree), ``Recording.replay``, the input copy plus ``graph.replay()``,
-and the whole call with Dynamo's guards skipped.
+``GraphedCallable`` (the tree), ``Recording.replay``, its ``launch`` (the input copy and
+``graph.replay()``), and the whole call with Dynamo's guards skipped.
 """
 
 from __future__ import annotations
@@ -190,15 +190,11 @@ def breakdown(step, inputs, calls: int, repeats: int, device: str) -> dict[str, 
         GenerationTracker.generation += 1
         graphed(list(call_args))  # a replay consumes its argument list
 
-    def copy_and_launch():
-        recording._copy_inputs(list(call_args))
-        recording.graph.replay()
-
     layers = {
         "call": lambda: step(*inputs),
         "GraphedCallable": graphed_new_generation,
         "Recording.replay": lambda: recording.replay(list(call_args)),
-        "copy + graph.replay": copy_and_launch,
+        "Recording.launch": lambda: recording.launch(list(call_args)),
     }
     timed = {
         name: measure.per_call_us(fn, calls, repeats, device, True) for name, fn in layers.items()

@@ -45,12 +45,10 @@ What keeps a callable's recordings alive, and what frees them: ``lifetime``.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -61,12 +59,20 @@ from torch._inductor.utils import ALIGNMENT  # what Inductor's kernels assume of
 from .. import config
 from . import messages, stats
 from .backends import unrecordable_ops
-from .decision import EAGERLY, PLAIN, Action, Decision, Leave, RecordKind
+from .decision import (
+    Action,
+    Call,
+    CallableFacts,
+    Decision,
+    Preamble,
+    SizeNote,
+    decide,
+)
 from .failed_operator import operator_that_raised
 from .inputs import InputBuffers, InputNames, StaticInput, input_identity
-from .kept_state import PassedAgain, describe_holders, stale_state_error
+from .kept_state import PassedAgain, stale_state_error
 from .lifetime import ReleaseHandle, forget_callable, release
-from .node import CallableIdentity, GraphNode, Phase
+from .node import CallableIdentity, Phase
 from .per_thread import thread_trees, tree_for, written_later
 from .recording import Recording
 from .recording_policy import RecordingPolicy, RecordingSettings
@@ -76,9 +82,6 @@ from .tree import GraphTree
 log = logging.getLogger("inductor_xpugraph")
 
 _callable_ids = itertools.count()
-# Recordings of one callable on the current path from which a record below them is reported
-# (a model may call one graph several times per step: layers sharing compiled code).
-RECORDS_BELOW_ITSELF = 8
 # Every live graphed callable, for ``reset_all_callables`` (held weakly: a compiled model that
 # is deleted takes its callables with it).
 _all_callables: weakref.WeakSet[GraphedCallable] = weakref.WeakSet()
@@ -129,6 +132,15 @@ class GraphedCallable:
         # What the static, mutated and object inputs are (placeholder and first use), by
         # position, for the messages about them; codegen provides them.
         self.input_names = InputNames(input_names or {})
+        # What the rules of a call read of this callable (``decision``).
+        self.facts = CallableFacts(
+            self.id,
+            self.static_inputs,
+            self.mutated_inputs,
+            self._may_be_state,
+            self._read_only_static,
+            self.input_names,
+        )
         # The compile that loaded this callable (None outside one), for the structured trace.
         self.compile_id = torch._guards.CompileContext.current_compile_id()
         self._after_run = {
@@ -252,21 +264,20 @@ class GraphedCallable:
             raise error from cause
 
     def _slow_path(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Any:
-        """Every call that does not replay at once: note what the call shows, decide what it
-        does (``decide``), and do it."""
+        """Every call that does not replay at once: note what the call shows; then, unless
+        this callable stopped recording for good, the tree settles the call and says where it
+        stands, the policy answers once, ``decision.decide`` decides, and the decision is
+        carried out."""
         self._observe(tree, args)
-        decision = self._ungraphed_for_now(tree)
-        if decision is None:  # on the tree: settle the tree's position, then decide there
-            tree.drop_forgotten()
-            if self._size_inputs is None:  # first call: find the size (int) inputs once
-                self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
-                key = tuple([args[i] for i in self._size_inputs])
-            if self._read_only_static:
-                tree.moving_storages.note(args, self._read_only_static)
-            if tree.current is tree.warming_up:
-                tree.resume_after_warmups()
-            decision = self.decide(tree, key, args)
-        return self._carry_out(decision, tree, key, args)
+        if self.policy.stopped:
+            return self.fn(args)
+        if self._size_inputs is None:  # first call: find the size (int) inputs once
+            self._size_inputs = tuple(i for i, arg in enumerate(args) if isinstance(arg, int))
+            key = tuple([args[i] for i in self._size_inputs])
+        view = tree.settle(self.id, key, args, self._read_only_static)
+        answers = self.policy.answers(key, view.place, view.generation)
+        call = Call(key, args, self._passed_again, self._new_twice)
+        return self._carry_out(decide(view, self.facts, call, answers), tree, key, args)
 
     def _observe(self, tree: GraphTree, args: list[Any]) -> None:
         """What a call off the fast path shows, whatever it does next: state written in
@@ -275,205 +286,12 @@ class GraphedCallable:
             self._raise_for_stale_state(args)
             self._passed_again = self._mutated_inputs_seen.note(args)
             self._new_twice = self._mutated_inputs_seen.new_twice
-            tree.generation.note_written(args, self._may_be_state)
-            for producer, position, state in tree.generation.take_carried(args, self._may_be_state):
-                tree.keep_state(state)
-                tree.state_outputs.setdefault(producer.id, set()).add(position)
+            tree.note_state_written(self.identity, args, self._may_be_state)
         if self.aligned_inputs:
             misaligned = [i for i in self.aligned_inputs if args[i].data_ptr() % ALIGNMENT]
             if misaligned:  # before anything runs
                 words = self.input_names.describe(misaligned)
                 raise ValueError(messages.misaligned_static_inputs(self.name, words, ALIGNMENT))
-
-    def _ungraphed_for_now(self, tree: GraphTree) -> Decision | None:
-        """A call that the tree's position does not decide: this callable runs un-graphed
-        for good, someone is capturing (a capture never nests: run inside theirs), the device
-        stopped recording, or this generation left the tree. None otherwise."""
-        if self.policy.stopped or tree.backend.is_capturing():
-            return PLAIN
-        if tree.backend.cannot_record:  # un-graphed on the whole device, said once per graph
-            reason = messages.device_stopped_recording(tree.device, tree.backend.cannot_record)
-            return Decision(Action.RUN_PLAIN, reason=reason, level=logging.INFO)
-        if tree.current is tree.off_tree:
-            return EAGERLY
-        return None
-
-    def decide(self, tree: GraphTree, key: tuple[int, ...], args: list[Any]) -> Decision:
-        """What this call does at the tree's current node (settled: ``_slow_path``), from the
-        recordings there, this callable's policy and the call's inputs. Changes nothing."""
-        if tree.current is tree.warming_up:
-            # A warmup's outputs are still held: no graph may run (GraphTree.warm_up).
-            refusal = self.policy.size_refusal(key)
-            if refusal is None and self.policy.is_warmup(key):
-                return Decision(Action.WARM_UP, counted=True)
-            reason, level = refusal or (None, None)
-            return Decision(Action.WARM_UP, reason=reason, level=level)
-        if tree.current in self.policy.ungraphed_at:  # its inputs kept moving here ("skip")
-            return PLAIN
-        variants = tree.current.variants((self.id, key))
-        matching = [v for v in variants if v.recording.static_inputs_match(args)]
-        if matching:
-            # Recorded here for these addresses. When every recording reuses memory that is
-            # still referenced now, record one that does not, within the bound on variants;
-            # beyond it, evicting would let alternating liveness patterns record at every
-            # call, so the rest of the step runs un-graphed instead.
-            if len(variants) >= config.static_input_variants:
-                otherwise = Decision(
-                    Action.RUN_EAGERLY, leave=Leave.LIVE_MEMORY, candidates=(matching[0],)
-                )
-            else:
-                record = Decision(
-                    Action.RECORD, kind=RecordKind.LIVENESS, reason=messages.LIVENESS_VARIANT
-                )
-                otherwise = self._record_or_not(tree, key, args, record)
-            return Decision(Action.REPLAY, candidates=tuple(matching), otherwise=otherwise)
-        if variants:  # recorded here, but a static input has an address no recording has
-            return self._decide_variant(tree, variants, key, args)
-        refusal = self.policy.size_refusal(key)
-        if refusal is not None:
-            return Decision(Action.RUN_PLAIN, reason=refusal[0], level=refusal[1])
-        if self.policy.is_warmup(key):
-            return Decision(Action.WARM_UP, counted=True)
-        return self._record_or_not(tree, key, args, Decision(Action.RECORD, kind=RecordKind.FIRST))
-
-    def _decide_variant(
-        self, tree: GraphTree, variants: list[GraphNode], key: tuple[int, ...], args: list[Any]
-    ) -> Decision:
-        """Record for new addresses of the static inputs, keeping the other recordings.
-
-        A recording whose state died (a cache made for one ``generate`` call and dropped with
-        it) takes the call's new state into its memory and replays, when the new state is
-        laid out as the dead one was (Note [State moved into a recording's memory] in
-        ``recorded_state``). Otherwise the new recording *replaces* them. When each replayed,
-        recording paid off and a replacement is not counted by the thrash guard; one that
-        never replayed is churn, counted as any re-record. Memory that moves under its tensor
-        (FSDP2) is copied by one recording that replaces the ones it covers, recorded again
-        once per place, so not on the guard's clock. A call that could not be recorded (it
-        writes tensors it was not passed before) is not counted."""
-        dead = tuple(node for node in variants if node.recording.state_died())
-        if not dead and any(node.recording.state.laid_out_as(args) for node in variants):
-            # New state shaped as a recording's: the old may be garbage that only reference
-            # cycles keep (Dynamo's objects from compiling the call that made it). Collected
-            # now, it can move into the recording's memory instead of a new capture.
-            gc.collect()
-            dead = tuple(node for node in variants if node.recording.state_died())
-        adopting = next((node for node in dead if node.recording.can_adopt_state(args)), None)
-        if adopting is not None:  # new state moves into its memory, and it replays
-            return Decision(Action.REPLAY, candidates=(adopting,), adopts_state=True)
-        unsafe = self._unsafe_mutations(tree, args)
-        if unsafe:
-            words = self.input_names.describe(unsafe, shown=2)
-            return Decision(Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
-        if dead and all(node.replays for node in dead):
-            record = Decision(Action.RECORD, kind=RecordKind.STATE_DIED, replaces=dead)
-            return self._record_or_not(tree, key, args, record)
-        variants = [node for node in variants if node not in dead] or list(dead)
-        moved, replaced = variants[0].recording.changed_inputs(args)
-        moving = self._moving_inputs(tree, args)
-        if moving and not replaced and set(moved) <= set(moving):
-            covered = self._covered(tree, variants, args)
-            variants = [node for node in variants if node not in covered]
-            words = self.input_names.describe(moved, shown=2)
-            record = Decision(
-                Action.RECORD,
-                kind=RecordKind.MOVING_MEMORY,
-                reason=messages.moving_inputs_copied(words),
-                counted=True,
-                replaces=dead + tuple(node for node in covered if node not in dead),
-                evicts=variants[-1] if len(variants) >= config.static_input_variants else None,
-            )
-            return self._record_or_not(tree, key, args, record)
-        produced = tuple(i for i in moved if i not in self.static_inputs)  # by earlier graphs
-        policy = self.policy
-        reached = policy.managed_moves_reaching(
-            tree.current, list(produced), not self.mutated_inputs
-        )
-        if reached and policy.settings.managed_action == "skip":
-            words = self.input_names.describe(reached)
-            reason = messages.managed_inputs_skip(words, policy.settings.managed_limit)
-            return Decision(Action.RUN_PLAIN, reason=reason, replaces=dead, managed_moves=produced)
-        generation = tree.generations_started
-        if policy.rerecord_stops(generation):
-            # An address set seen before was recorded here and dropped since, by the bound
-            # (not state that died: new state at a freed state's addresses is new all the same).
-            state = [i for i in moved if i in self._may_be_state]
-            dropped = not dead and policy.seen_before(variants[0].recording.input_identity(args))
-            span = policy.rerecord_span(generation)
-            if dropped and not state:
-                reason = messages.fallback_for_evicted_rerecords(span, *policy.limits)
-            else:
-                holders = describe_holders(args[state[0]]) if state else None
-                reason = messages.fallback_for_moving_inputs(
-                    self.input_names.describe(moved + replaced, shown=2),
-                    holders,
-                    span,
-                    *policy.limits,
-                )
-            return Decision(
-                Action.FALL_BACK,
-                reason=reason,
-                replaces=dead,
-                managed_moves=produced,
-                counts_rerecord=True,
-            )
-        full = len(variants) >= config.static_input_variants and variants[-1] not in dead
-        record = Decision(
-            Action.RECORD,
-            kind=RecordKind.VARIANT,
-            reason=messages.rerecord(self.input_names.changed(moved, replaced)),
-            counted=True,
-            replaces=dead,
-            evicts=variants[-1] if full else None,
-            managed_moves=produced,
-            counts_rerecord=True,
-        )
-        copied_from_now = reached if policy.settings.managed_action == "copy" else []
-        return self._record_or_not(tree, key, args, record, copied_from_now)
-
-    def _record_or_not(
-        self,
-        tree: GraphTree,
-        key: tuple[int, ...],
-        args: list[Any],
-        record: Decision,
-        copied_from_now: Sequence[int] = (),
-    ) -> Decision:
-        """``record``, or what stops it, keeping what comes before it (``record``'s drops,
-        eviction and counts): a written input it would copy without writing back, the
-        backend's refusal, memory lent to another branch, the thrash guard (a recording that
-        went with an evicted variant, not counted yet), or a step that cannot end and has
-        grown too deep below this callable. ``copied_from_now``: inputs that another graph
-        produced, which ``record``'s managed moves make copied here."""
-        static = self._static_positions(tree, args, tree.current.path_blocks(), copied_from_now)
-        unsafe = [
-            i
-            for i in self.mutated_inputs
-            if isinstance(args[i], torch.Tensor) and i not in static and i not in self._new_twice
-        ]
-        if unsafe:
-            words = self.input_names.describe(unsafe, shown=2)
-            return replace(record, action=Action.RUN_PLAIN, reason=messages.unsafe_mutation(words))
-        refused = tree.backend.reason_not_to_capture(args)
-        if refused is not None:
-            return replace(record, action=Action.RUN_PLAIN, reason=refused)
-        if not tree.can_capture_here():
-            return replace(record, action=Action.RUN_EAGERLY, leave=Leave.LENT_MEMORY)
-        generation = tree.generations_started
-        if (
-            not record.counted
-            and tree.went_with_an_evicted_variant(self.id, key)
-            and self.policy.rerecord_stops(generation)
-        ):
-            span = self.policy.rerecord_span(generation)
-            reason = messages.fallback_for_evicted_rerecords(span, *self.policy.limits)
-            return replace(record, action=Action.FALL_BACK, reason=reason, admitted=True)
-        if tree.generation.pending_backward and self._records_below_itself(tree) >= (
-            config.pending_backward_records_limit
-        ):
-            return replace(
-                record, action=Action.RUN_EAGERLY, leave=Leave.PENDING_BACKWARD, admitted=True
-            )
-        return replace(record, admitted=True)
 
     # -- carrying a decision out --------------------------------------------------------------
 
@@ -483,76 +301,60 @@ class GraphedCallable:
         if decision.action is Action.REPLAY:
             for node in decision.candidates:  # the first whose reused memory is free now
                 if not node.reused_outputs or node.try_release_reused_memory(args):
-                    variants = tree.current.variants((self.id, key))
-                    if node is not variants[0]:  # addresses (or liveness) seen before came back
-                        tree.current.use_variant((self.id, key), node)
                     if decision.adopts_state:
                         node.recording.adopt_state(args)
                         stats.counters["adoptions"] += 1
                     outputs = node.recording.replay(args)
-                    tree.replayed(node)
+                    tree.replayed_variant(node)
                     return outputs
             decision = decision.otherwise
-        self._before(decision, tree, key)
+        self._note_preamble(decision.before, tree, key)
         action = decision.action
         if action is Action.RECORD:
             return self._record(tree, key, args, decision)
         if action is Action.WARM_UP:
-            if decision.counted:
+            if decision.before.sizes is SizeNote.WARMUP:
                 stats.counters["warmups"] += 1
                 with self.policy.warming_up(key):
                     return self._run_eagerly(tree, args, warmup=True)
-            if tree.calls_warming_up == RECORDS_BELOW_ITSELF:
-                reason = messages.WARMUP_OUTPUTS_HELD
-                stats.record_event(stats.EventKind.PENDING_BACKWARD, reason, self.name, self.source)
             return self._run_eagerly(tree, args, warmup=True)
         if action is Action.RUN_EAGERLY:
             return self._run_eagerly(tree, args)
         if action is Action.FALL_BACK:
-            return self._fall_back(decision.reason, args)
-        if decision.reason is not None:  # RUN_PLAIN: a skip, said once
-            self.policy.skip(decision.reason, level=decision.level)
-        return self.fn(args)
+            return self._fall_back(decision.fallback_reason, args)
+        return self.fn(args)  # RUN_PLAIN (a skip was said by the preamble)
 
-    def _before(self, decision: Decision, tree: GraphTree, key: tuple[int, ...]) -> None:
-        """What comes before the decision's action, in the order it was decided: sizes and
-        warmups counted, recordings replaced or evicted, the thrash guard's counts, the
-        generation leaving the tree."""
+    def _note_preamble(self, before: Preamble, tree: GraphTree, key: tuple[int, ...]) -> None:
+        """What comes before a decision's action, in the order ``Preamble`` lists it."""
         policy = self.policy
-        if decision.action is Action.WARM_UP or decision.kind is RecordKind.FIRST:
-            # The size admitted (or its refusal said, or one size too many warned of) and the
-            # warmup counted, as ``decide`` found them.
-            if policy.admit_size(key):
-                policy.warm_up(key)
-        for node in decision.replaces:
+        if before.sizes is not None:
+            if before.warns_of_sizes:
+                policy.warn_of_sizes()
+            policy.count_sizes(key, warmup=before.sizes is SizeNote.WARMUP)
+        for node in before.drops:
             tree.drop_node(node)
-        if decision.kind is RecordKind.STATE_DIED:
+        if before.counts_replacement:
             stats.counters["replacements"] += 1
-        if decision.kind is RecordKind.MOVING_MEMORY:
+        if before.counts_replacing_record:
             policy.note_replacing_record()
-        if decision.managed_moves:
-            copyable = not self.mutated_inputs
-            reached = policy.note_managed_moves(
-                tree.current, list(decision.managed_moves), copyable
-            )
-            if reached and policy.settings.managed_action == "copy":
-                words = self.input_names.describe(reached)
-                log.info(messages.managed_inputs_copied(words, policy.settings.managed_limit))
-        if decision.counts_rerecord:
+        if before.managed_moves and policy.count_managed_moves(
+            tree.current, before.managed_moves, before.managed_reached
+        ):
+            words = self.input_names.describe(list(before.managed_reached))
+            log.info(messages.managed_inputs_copied(words, policy.settings.managed_limit))
+        if before.counts_rerecord:
             policy.note_rerecord(tree.generations_started)
-        if decision.evicts is not None:
-            tree.evict_variant(decision.evicts)
-        if decision.leave is Leave.LIVE_MEMORY:
-            tree.leave_after_liveness_failure(decision.candidates[0])
-        elif decision.leave is Leave.LENT_MEMORY:
-            tree.refuse_capture_here()
-        if decision.admitted:
-            if tree.take_evicted(self.id, key) and not decision.counted:
-                policy.note_rerecord(tree.generations_started)
-            if tree.generation.pending_backward and decision.action is not Action.FALL_BACK:
-                self._say_records_below_itself(tree)
-        if decision.leave is Leave.PENDING_BACKWARD:
-            tree.leave_for_this_generation()
+        if before.evicts is not None:
+            tree.evict_variant(before.evicts)
+        if before.returns_evicted and tree.take_evicted(self.id, key) and before.counts_returned:
+            policy.note_rerecord(tree.generations_started)
+        if before.pending_backward_note is not None:
+            note = before.pending_backward_note
+            stats.record_event(stats.EventKind.PENDING_BACKWARD, note, self.name, self.source)
+        if before.leaves is not None:
+            tree.leave(before.leaves, self.name, self.source)
+        if before.skip is not None:
+            policy.skip(before.skip.reason, level=before.skip.level)
 
     def _run_eagerly(self, tree: GraphTree, args: list[Any], warmup: bool = False) -> Any:
         """Run un-graphed inside the tree's generation (a ``warmup``, in the pool where the
@@ -581,26 +383,6 @@ class GraphedCallable:
         tree.generation.note_eager(self.identity, outputs, input_ids)
         return outputs
 
-    def _records_below_itself(self, tree: GraphTree) -> int:
-        """How many times this callable is on the path already: a step that cannot end (a
-        backward may still read what its forwards left) records every call below the last
-        (Note [A backward that can no longer run]); from
-        ``config.pending_backward_records_limit`` on, the tree stops growing (the rest of the
-        step runs un-graphed)."""
-        return sum(node.callable_id == self.id for node in tree.current.path_from_root())
-
-    def _say_records_below_itself(self, tree: GraphTree) -> None:
-        """Said once this callable is on the path ``RECORDS_BELOW_ITSELF`` times, as upstream
-        warns, and when the limit stops the tree growing."""
-        on_path, limit = self._records_below_itself(tree), config.pending_backward_records_limit
-        if on_path < min(RECORDS_BELOW_ITSELF, limit):
-            return
-        stopped = on_path >= limit
-        message = messages.recorded_below_itself(
-            limit if stopped else RECORDS_BELOW_ITSELF, stopped
-        )
-        stats.record_event(stats.EventKind.PENDING_BACKWARD, message, self.name, self.source)
-
     def _fall_back(self, reason: str, args: list[Any]) -> Any:
         """Run un-graphed from now on (the thrash guard); the tree drops this callable's
         recordings."""
@@ -611,57 +393,6 @@ class GraphedCallable:
         self.policy.raise_if_asked(reason)
         return self.fn(args)
 
-    def _static_positions(
-        self,
-        tree: GraphTree,
-        args: list[Any],
-        path_blocks: Mapping[int, Any],
-        copied_from_now: Sequence[int] = (),
-    ) -> list[int]:
-        """The tensor inputs a recording here takes where they lie: parameters and buffers
-        (unless their memory moves under them), outputs of earlier graphs on the path (unless
-        they moved too often here, or do with this call: ``copied_from_now``), state kept or
-        passed again."""
-        copied_here = {*self.policy.copied_at.get(tree.current, ()), *copied_from_now}
-        moving = self._moving_inputs(tree, args)
-        return [
-            i
-            for i, arg in enumerate(args)
-            if isinstance(arg, torch.Tensor)
-            and (
-                (i in self.static_inputs and i not in moving)
-                or (arg.untyped_storage().data_ptr() in path_blocks and i not in copied_here)
-                or arg in tree.kept_state
-                or i in self._passed_again
-            )
-        ]
-
-    def _moving_inputs(self, tree: GraphTree, args: list[Any]) -> list[int]:
-        """The static inputs this callable only reads whose memory was seen to move under
-        them: recordings copy them (``inputs.MovingStorages``)."""
-        moving = tree.moving_storages
-        return [i for i in self._read_only_static if moving.moved(args[i])]
-
-    def _covered(
-        self, tree: GraphTree, variants: list[GraphNode], args: list[Any]
-    ) -> list[GraphNode]:
-        """The variants that a recording of ``args`` made now would replace: each call they
-        can replay, it can (its static inputs are theirs, at the same addresses)."""
-        static = self._static_positions(tree, args, tree.current.path_blocks())
-        return [node for node in variants if node.recording.matches_at(args, static)]
-
-    def _unsafe_mutations(self, tree: GraphTree, args: list[Any]) -> list[int]:
-        """The written inputs a recording here would copy without writing them back (a
-        replay would write the copy): neither taken where they lie nor new at every call."""
-        if not self.mutated_inputs:
-            return []
-        static = set(self._static_positions(tree, args, tree.current.path_blocks()))
-        return [
-            i
-            for i in self.mutated_inputs
-            if isinstance(args[i], torch.Tensor) and i not in static and i not in self._new_twice
-        ]
-
     def _record(
         self, tree: GraphTree, key: tuple[int, ...], args: list[Any], decision: Decision
     ) -> Any:
@@ -670,13 +401,13 @@ class GraphedCallable:
         path_blocks = tree.current.path_blocks()
         tensor_inputs = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
         objects = [i for i, arg in enumerate(args) if not isinstance(arg, (torch.Tensor, int))]
-        static = self._static_positions(tree, args, path_blocks)
+        static = list(decision.static)
         copied = sorted(set(tensor_inputs) - set(static))
         # Written inputs that are new at every call are copied in and back at each replay
-        # (``Recording``'s written-back inputs); no other written input is copied (``decide``).
+        # (``Recording``'s written-back inputs); no other written input is copied (``decision``).
         written_back = [i for i in self.mutated_inputs if i in copied and i in self._new_twice]
         copied = [i for i in copied if i not in written_back]
-        rerecord_reason = decision.reason
+        rerecord_reason = decision.rerecord_reason
         static_inputs = [StaticInput.of(args, i) for i in static]
         # State the graph writes (a cache's tensors, marked static or kept): not parameters,
         # not outputs of earlier graphs on the path (``recorded_state``).

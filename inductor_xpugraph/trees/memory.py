@@ -48,7 +48,7 @@ the memory stays free for good: a capture on a path through the lender that does
 run through every node that reused its memory (another backward for the same forward, say)
 could be placed there and overwrite the lender's outputs before they are read. Such a
 capture is refused (``can_capture_below``): that generation runs un-graphed, and the tree
-records again from the next one, without lending (``GraphTree.admit_capture_here``).
+records again from the next one, without lending (``GraphTree.leave``).
 
 After each capture, checkpointing checks that the pool holds exactly the pool path's live
 outputs; anything else (an output that is not pool memory, a capture that kept an allocation)

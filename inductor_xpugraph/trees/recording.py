@@ -36,13 +36,20 @@ no other reference *and* no object of a recording over it is held (``OutputBlock
 A backward graph's outputs are gradients, which autograd keeps as a parameter's ``.grad``
 without a copy only when nothing else references them: its replays hand out new objects and
 keep none.
+
+The replay's two steps are chosen once, when the recording is made, so that no replay asks
+what kind of recording it is: ``launch`` is a ``Launch``, or a ``LaunchWritingBack`` for a
+graph that writes inputs which are new tensors at every call; ``hand_out`` hands out the
+kept objects, or new ones for gradients; and a recording with outputs over parameters whose
+memory moves (FSDP2's) wraps both in ``OverCallersTensors``. Each is one bound method, called
+directly by the fast path: no step adds a call level.
 """
 
 from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -160,7 +167,6 @@ class Recording:
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
         (see the module docstring); not for gradients."""
-        self.graph = graph
         self.static_input_ptrs = tuple((s.index, s.address) for s in static_inputs)
         # The same, as torch's C++ check wants them (a model has hundreds of parameters).
         self._static_indices = [i for i, _ in self.static_input_ptrs]
@@ -175,11 +181,7 @@ class Recording:
         # so that a copy never writes one memory location twice.
         self._copy_targets = [writable_view(buffer) for buffer in self.input_buffers]
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
-        self._copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
-        self._written_back = tuple(i for i, _ in written_back)
-        self._written_back_buffers = [buffer for _, buffer in written_back]
-        if written_back:  # resolved here: the replay of any other recording never looks
-            self.launch = self._launch_writing_back
+        copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
@@ -188,15 +190,9 @@ class Recording:
         self.moving_inputs = tuple(moving_inputs)
         dtypes = dict(zip(self.copied_inputs, (buffer.dtype for buffer in self.input_buffers)))
         moving_buffers = {storage: (i, dtypes[i]) for storage, i in (moving_buffers or {}).items()}
-        self._layouts, self._constants, self.blocks, self._callers_aliases = _output_layouts(
+        self._layouts, self._constants, self.blocks, callers_aliases = _output_layouts(
             outputs, input_storages, path_blocks or {}, moving_buffers
         )
-        if self._callers_aliases:  # resolved here, as the written-back launch
-            self._callers: list[torch.Tensor] = []
-            self._launch_over_buffers = self.launch
-            self.launch = self._launch_keeping_callers
-            self._hand_out_over_pool = self.hand_out
-            self.hand_out = self._hand_out_with_callers_aliases
         # The memory the blocks span, a quick test of whether a tensor lies in one.
         self._span = (
             (
@@ -226,6 +222,21 @@ class Recording:
             block.aliased_by.append(self)
             block.own_refs += self._refs_per_position * len(in_block)
         self.rebuild_aliases()
+        # The replay's two steps (see the module docstring), chosen here once.
+        launcher = (
+            LaunchWritingBack(graph, copy_inputs, written_back)
+            if written_back
+            else Launch(graph, copy_inputs)
+        )
+        self.launch: Callable[[list[Any]], None] = launcher.launch
+        self.hand_out: Callable[[], Any] = (
+            self._hand_out_kept_objects if reuse_output_objects else self._hand_out_new_objects
+        )
+        if callers_aliases:
+            over_callers = OverCallersTensors(
+                self.launch, self.hand_out, callers_aliases, self._output_is_tuple
+            )
+            self.launch, self.hand_out = over_callers.launch, over_callers.hand_out
 
     def rebuild_aliases(self) -> None:
         """Build each position's alias and output object over its block's current storage."""
@@ -247,9 +258,7 @@ class Recording:
         self._fresh_handed_out = {}
         self._output_aliases = []
         self._output_objects = []
-        self._written_back_buffers = []
-        self._callers = []
-        self.replay = self.launch = _released
+        self.launch = self.hand_out = _released
 
     # -- output objects (see the module docstring) -------------------------------------------
 
@@ -370,45 +379,10 @@ class Recording:
         return input_identity(args, self._static_indices, [i for i, _ in self.object_inputs])
 
     def replay(self, args: list[Any]) -> Any:
+        """``launch``, then ``hand_out``: the replay off the fast path (which calls the two
+        itself, retiring a generation in between). ``args`` is consumed."""
         self.launch(args)
         return self.hand_out()
-
-    def launch(self, args: list[Any]) -> None:
-        """The part of a replay that must come before the device starts: the copy of the
-        copied inputs into the static buffers, and the graph launch. ``args`` is consumed."""
-        self._copy_inputs(args)
-        args.clear()
-        self.graph.replay()
-
-    def _launch_writing_back(self, args: list[Any]) -> None:
-        """``launch``, for a recording with written-back inputs: the caller's tensors are
-        copied into the recording's own before the launch, and back after it (queued on the
-        same stream, so the copy back follows the graph)."""
-        callers = [args[i] for i in self._written_back]
-        torch._foreach_copy_(self._written_back_buffers, callers)
-        self._copy_inputs(args)
-        args.clear()
-        self.graph.replay()
-        torch._foreach_copy_(callers, self._written_back_buffers)
-
-    def _launch_keeping_callers(self, args: list[Any]) -> None:
-        """``launch``, for a recording with outputs over moving inputs: keeps the caller's
-        tensors there for ``hand_out``."""
-        self._callers = [args[i] for _, i, *_ in self._callers_aliases]
-        self._launch_over_buffers(args)
-
-    def _hand_out_with_callers_aliases(self) -> Any:
-        """``hand_out``, with the outputs over moving inputs built over the caller's tensors
-        (kept by the launch), as they would be without graphs."""
-        outputs = list(self._hand_out_over_pool())
-        for (position, _, offset, size, stride), caller in zip(
-            self._callers_aliases, self._callers
-        ):
-            outputs[position] = caller.detach().as_strided(
-                size, stride, caller.storage_offset() + offset
-            )
-        self._callers = []
-        return tuple(outputs) if self._output_is_tuple else outputs
 
     def may_hold(self, address: int) -> bool:
         """Whether ``address`` (a tensor's ``data_ptr()``) lies in one of the blocks, or
@@ -421,13 +395,10 @@ class Recording:
                 return True
         return False
 
-    def hand_out(self) -> Any:
-        """The outputs of the replay just launched (host work only, while the device runs):
-        the kept objects, a new one at each position whose object someone holds or that has
-        autograd history, new objects at the positions autograd takes."""
-        if not self._reuses_outputs:
-            outputs = self.outputs()
-            return tuple(outputs) if self._output_is_tuple else outputs
+    def _hand_out_kept_objects(self) -> Any:
+        """``hand_out`` of a forward or inference recording (host work only, while the
+        device runs): the kept objects, a new one at each position whose object someone
+        holds or that has autograd history, new objects at the positions autograd takes."""
         objects = self._output_objects
         for i in _held_positions(objects, self._reused_positions, with_history=True):
             objects[i] = self._output_aliases[i].detach()
@@ -438,6 +409,11 @@ class Recording:
                 self._fresh_handed_out[i] = weakref.ref(objects[i])
         return tuple(objects) if self._output_is_tuple else list(objects)
 
+    def _hand_out_new_objects(self) -> Any:
+        """``hand_out`` of a backward recording: new objects at every replay (gradients)."""
+        outputs = self.outputs()
+        return tuple(outputs) if self._output_is_tuple else outputs
+
     def outputs(self) -> list[Any]:
         """New tensor objects over the output memory (~0.4 µs each: ``detach()`` of the
         aliases, against ~2.6 µs for ``empty(0).set_(storage, ...)``)."""
@@ -445,6 +421,86 @@ class Recording:
             alias.detach() if layout is not None else alias
             for layout, alias in zip(self._layouts, self._output_aliases)
         ]
+
+
+class Launch:
+    """A replay's ``launch``: all that must come before the device starts, the copy of the
+    copied inputs into the static buffers and the graph launch. ``args`` is consumed."""
+
+    __slots__ = ("_graph", "_copy_inputs")
+
+    def __init__(self, graph: Graph, copy_inputs: Callable[[list[Any]], None]) -> None:
+        self._graph = graph
+        self._copy_inputs = copy_inputs
+
+    def launch(self, args: list[Any]) -> None:
+        self._copy_inputs(args)
+        args.clear()
+        self._graph.replay()
+
+
+class LaunchWritingBack(Launch):
+    """``Launch``, for a graph that writes inputs which are new tensors at every call (a
+    cache that beam search reorders into new tensors at each step): the caller's tensors are
+    copied into the recording's own before the launch, and back after it (queued on the same
+    stream, so the copy back follows the graph)."""
+
+    __slots__ = ("_positions", "_buffers")
+
+    def __init__(
+        self,
+        graph: Graph,
+        copy_inputs: Callable[[list[Any]], None],
+        written_back: Sequence[tuple[int, torch.Tensor]],
+    ) -> None:
+        super().__init__(graph, copy_inputs)
+        self._positions = tuple(i for i, _ in written_back)
+        self._buffers = [buffer for _, buffer in written_back]
+
+    def launch(self, args: list[Any]) -> None:
+        callers = [args[i] for i in self._positions]
+        torch._foreach_copy_(self._buffers, callers)
+        self._copy_inputs(args)
+        args.clear()
+        self._graph.replay()
+        torch._foreach_copy_(callers, self._buffers)
+
+
+class OverCallersTensors:
+    """A recording's ``launch`` and ``hand_out``, for outputs over parameters whose memory
+    moves (FSDP2's): the launch keeps the caller's tensors there, and the hand-out builds
+    those outputs over them, as they would be without graphs, not over the recording's
+    scratch copy."""
+
+    __slots__ = ("_launch", "_hand_out", "_aliases", "_output_is_tuple", "_callers")
+
+    def __init__(
+        self,
+        launch: Callable[[list[Any]], None],
+        hand_out: Callable[[], Any],
+        aliases: Sequence[tuple[int, int, int, torch.Size, tuple[int, ...]]],
+        output_is_tuple: bool,
+    ) -> None:
+        """``aliases``: (output position, input index, storage offset, size, stride) of each
+        output over a moving input."""
+        self._launch = launch
+        self._hand_out = hand_out
+        self._aliases = tuple(aliases)
+        self._output_is_tuple = output_is_tuple
+        self._callers: list[torch.Tensor] = []
+
+    def launch(self, args: list[Any]) -> None:
+        self._callers = [args[i] for _, i, *_ in self._aliases]
+        self._launch(args)
+
+    def hand_out(self) -> Any:
+        outputs = list(self._hand_out())
+        for (position, _, offset, size, stride), caller in zip(self._aliases, self._callers):
+            outputs[position] = caller.detach().as_strided(
+                size, stride, caller.storage_offset() + offset
+            )
+        self._callers = []
+        return tuple(outputs) if self._output_is_tuple else outputs
 
 
 def _output_layouts(
@@ -546,5 +602,5 @@ def _measure_own_refs() -> int:
 _OWN_REFS = _measure_own_refs()
 
 
-def _released(args: list[Any]) -> Any:
+def _released(*args: Any) -> Any:
     raise RuntimeError("inductor_xpugraph internal error: replay of a dropped recording")

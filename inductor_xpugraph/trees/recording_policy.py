@@ -11,9 +11,9 @@ read defaults. Upstream's settings keep upstream's meaning (``RecordingSettings.
 Sizes. Recordings are keyed by the callable's integer inputs (symbolic sizes). With upstream's
 ``triton.cudagraph_capture_sizes`` only the sizes listed are graphed, others run un-graphed
 (upstream's key: no int input is None, one is that int, several a tuple). Each size is warmed
-up ``warmup_runs`` times before it is recorded (``warm_up``: none with upstream's
+up ``warmup_runs`` times before it is recorded (``is_warmup``: none with upstream's
 ``triton.skip_cudagraph_warmup``, every call and never recorded with
-``triton.force_cudagraphs_warmup``). A size never seen before is admitted (``admit_size``) up
+``triton.force_cudagraphs_warmup``). A size never seen before is admitted (``size_refusal``) up
 to ``size_limit`` sizes (upstream's ``triton.cudagraph_dynamic_shape_rerecord_limit``, else
 ``config.dynamic_shape_warn_limit`` with ``config.skip_dynamic_graphs``): past it new sizes run
 un-graphed and the sizes seen keep replaying. Past ``warn_limit`` sizes a warning is logged
@@ -44,8 +44,11 @@ Not re-records: a recording for new sizes (see Sizes), and a *liveness variant*,
 because an output whose memory a recording reuses is still referenced (bounded by
 ``static_input_variants`` at each place; past it the step runs un-graphed, ``tree``).
 
-A policy knows nothing of devices, trees or tensors beyond the keys and generation numbers
-it is given; ``tests/trees/test_recording_policy.py`` pins it down.
+The policy answers once per call off the fast path (``answers``: a ``PolicyAnswers`` that
+``decision.decide`` reads) and counts what the decision's preamble tells it (``count_sizes``,
+``note_rerecord``, ``count_managed_moves``). It knows nothing of devices, trees or tensors
+beyond the keys, places and generation numbers it is given;
+``tests/trees/test_recording_policy.py`` pins it down.
 """
 
 from __future__ import annotations
@@ -55,13 +58,14 @@ import dataclasses
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from .. import config
 from . import messages, stats
+from .decision import PolicyAnswers
 from .invalidation import can_copy_out_of_pool
 
 log = logging.getLogger("inductor_xpugraph")
@@ -242,7 +246,7 @@ class RecordingPolicy:
         # Eager runs so far per size (the callable's int inputs), for the sizes seen.
         self.warmups_done: dict[tuple[int, ...], int] = {}
         # Address sets of the static inputs of every recording made (``input_identity``).
-        self.address_sets_seen: set[tuple[int, ...]] = set()
+        self.address_sets_seen: frozenset[tuple[int, ...]] = frozenset()
         # Generations of the latest ``rerecord_limit + 1`` re-records: the guard's clock.
         self.recent_rerecords: list[int] = []
         self.rerecords = 0  # re-records, in all
@@ -259,6 +263,32 @@ class RecordingPolicy:
     @property
     def sizes_seen(self) -> int:
         return len(self.warmups_done)
+
+    # -- what the policy says of a call -------------------------------------------------------
+
+    def answers(self, key: tuple[int, ...], place: Any, generation: int) -> PolicyAnswers:
+        """What this policy says of a call for sizes ``key`` at ``place`` (the node a
+        recording would go below; None off the path) in generation ``generation``, once:
+        ``decision.decide`` reads nothing else of the policy."""
+        settings = self.settings
+        warn_limit = settings.warn_limit
+        on_path = place is not None
+        return PolicyAnswers(
+            size_refusal=self.size_refusal(key),
+            warms_up=self.is_warmup(key),
+            one_size_too_many=key not in self.warmups_done
+            and warn_limit is not None
+            and self.sizes_seen == warn_limit,
+            ungraphed_here=on_path and place in self.ungraphed_at,
+            copied_here=self.copied_at.get(place, frozenset()) if on_path else frozenset(),
+            rerecord_stops=self.rerecord_stops(generation),
+            rerecord_span=self.rerecord_span(generation),
+            limits=self.limits,
+            address_sets_seen=self.address_sets_seen,
+            managed_limit=settings.managed_limit,
+            managed_action=settings.managed_action,
+            managed_counts=dict(self.managed_moves.get(place, {})) if on_path else {},
+        )
 
     # -- sizes --------------------------------------------------------------------------------
 
@@ -277,30 +307,20 @@ class RecordingPolicy:
             return messages.too_many_sizes_skipped(settings.size_limit), None
         return None
 
-    def admit_size(self, key: tuple[int, ...]) -> bool:
-        """``size_refusal``, said where there is one; a warning when this new size is one too
-        many (``warn_limit``). Whether the call may be graphed."""
-        refusal = self.size_refusal(key)
-        if refusal is not None:
-            self.skip(*refusal)
-            return False
-        seen, warn_limit = self.sizes_seen, self.settings.warn_limit
-        if key not in self.warmups_done and warn_limit is not None and seen == warn_limit:
-            log.warning(messages.MANY_SIZES, self.name, seen)
-        return True
-
     def is_warmup(self, key: tuple[int, ...]) -> bool:
         """Whether a call for sizes ``key`` now would be a warmup rather than a record."""
         done = self.warmups_done.get(key, 0)
         return done < self.settings.warmup_runs or self.settings.always_warm_up
 
-    def warm_up(self, key: tuple[int, ...]) -> bool:
-        """Whether this call for sizes ``key`` is a warmup, counted if so (``is_warmup``)."""
-        if not self.is_warmup(key):
-            self.warmups_done.setdefault(key, 0)
-            return False
-        self.warmups_done[key] = self.warmups_done.get(key, 0) + 1
-        return True
+    def count_sizes(self, key: tuple[int, ...], warmup: bool) -> None:
+        """Note sizes ``key`` seen, and one more warmup for them when ``warmup``."""
+        done = self.warmups_done.setdefault(key, 0)
+        if warmup:
+            self.warmups_done[key] = done + 1
+
+    def warn_of_sizes(self) -> None:
+        """Sizes one too many (``warn_limit``): a warning."""
+        log.warning(messages.MANY_SIZES, self.name, self.sizes_seen)
 
     @contextlib.contextmanager
     def warming_up(self, key: tuple[int, ...]) -> Iterator[None]:
@@ -333,11 +353,8 @@ class RecordingPolicy:
 
     # -- re-records ---------------------------------------------------------------------------
 
-    def seen_before(self, address_set: tuple[int, ...]) -> bool:
-        return address_set in self.address_sets_seen
-
     def note_recorded(self, address_set: tuple[int, ...]) -> None:
-        self.address_sets_seen.add(address_set)
+        self.address_sets_seen |= {address_set}
 
     def rerecord_stops(self, generation: int) -> bool:
         """Whether one more re-record at ``generation`` would be too many (``note_rerecord``)."""
@@ -362,40 +379,23 @@ class RecordingPolicy:
         as it happens once per place."""
         self.rerecords += 1
 
-    def note_managed_moves(self, place: Any, moved: list[int], copyable: bool) -> list[int]:
-        """Count, at ``place``, one move of each input in ``moved`` that another graph
-        produced; the inputs that reach ``managed_limit`` with it. With the "copy" action
-        (and ``copyable``: the callable mutates no input) those are copied from now on
-        (``copied_at``); with "skip", the callable runs un-graphed there (``ungraphed_at``)."""
-        reached = self.managed_moves_reaching(place, moved, copyable)
-        if not self.settings.managed_limit or not moved:
-            return reached
-        if self.settings.managed_action == "copy" and not copyable:
-            return reached
+    def count_managed_moves(
+        self, place: Any, counted: Sequence[int], reached: Sequence[int]
+    ) -> bool:
+        """Count, at ``place``, one move of each input in ``counted`` that another graph
+        produced (``PolicyAnswers.managed_moves``); those in ``reached`` are copied there from
+        now on (the "copy" action: ``copied_at``), or the callable runs un-graphed there
+        ("skip": ``ungraphed_at``). Returns whether inputs are copied from now on."""
         counts = self.managed_moves.setdefault(place, {})
-        copied = self.copied_at.get(place, frozenset())
-        for i in moved:
-            if i not in copied:
-                counts[i] = counts.get(i, 0) + 1
-        if reached and self.settings.managed_action == "copy":
-            self.copied_at[place] = copied | frozenset(reached)
-        elif reached:
-            self.ungraphed_at.add(place)
-        return reached
-
-    def managed_moves_reaching(self, place: Any, moved: list[int], copyable: bool) -> list[int]:
-        """The inputs of ``moved`` that one more move at ``place`` brings to ``managed_limit``
-        (``note_managed_moves`` counts it)."""
-        settings = self.settings
-        if not settings.managed_limit or not moved:
-            return []
-        if settings.managed_action == "copy" and not copyable:
-            return []
-        counts = self.managed_moves.get(place, {})
-        copied = self.copied_at.get(place, frozenset())
-        return [
-            i for i in moved if i not in copied and counts.get(i, 0) + 1 >= settings.managed_limit
-        ]
+        for i in counted:
+            counts[i] = counts.get(i, 0) + 1
+        if not reached:
+            return False
+        if self.settings.managed_action == "copy":
+            self.copied_at[place] = self.copied_at.get(place, frozenset()) | frozenset(reached)
+            return True
+        self.ungraphed_at.add(place)
+        return False
 
     @property
     def limits(self) -> tuple[int, str]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import itertools
 import logging
 import threading
@@ -55,6 +56,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import messages, stats
 from .backends import GraphBackend, backend_class
+from .decision import Leave, Position, TreeView
 from .generate_keeps import generate_imported, inside_generate
 from .generation import Generation, current_generation
 from .handed_out import HandedOut
@@ -269,24 +271,24 @@ class GraphTree:
             with self.lock:
                 self.drop_forgotten()  # a freed model's memory goes back at its next step
 
+    def note_state_written(
+        self, identity: CallableIdentity, args: list[Any], positions: Sequence[int]
+    ) -> None:
+        """A call off the fast path writes ``args`` at ``positions`` in place (Note [Outputs
+        kept as state]): what this generation made there is handed over at its end if the
+        caller still holds it; what an un-graphed call of the generation before made there
+        is state from now on, and so are its maker's outputs there when their generation ends
+        (a cache made per request)."""
+        self.generation.note_written(args, positions)
+        for producer, position, state in self.generation.take_carried(args, positions):
+            self.keep_state(state)
+            self.state_outputs.setdefault(producer.id, set()).add(position)
+
     def keep_state(self, tensor: torch.Tensor) -> None:
         """``tensor`` is state from now on: recordings take it where it lies (Note [Outputs
         kept as state])."""
         self.kept_state.keep(tensor)
         stats.counters["handovers"] += 1
-
-    def leave_for_this_generation(self) -> None:
-        """The rest of this generation runs un-graphed; the next one starts at the root."""
-        self.current = self.off_tree
-
-    def leave_after_liveness_failure(self, node: GraphNode) -> None:
-        """``leave_for_this_generation``: ``node`` may not replay because an output whose
-        memory it reuses is still referenced."""
-        stats.record_event(
-            stats.EventKind.LIVENESS_FALLBACK, messages.LIVENESS_FALLBACK, node.name, node.source
-        )
-        stats.counters["liveness_fallbacks"] += 1
-        self.leave_for_this_generation()
 
     def retire_ended_generation(self) -> bool:
         """Retire what the generation that ended handed out, if that is still to be done.
@@ -305,6 +307,90 @@ class GraphTree:
         # (Note [Un-graphed outputs go stale a generation late]); a reset carries nothing.
         carry = None if dropped_by_reset else self.generation.carried
         return ended.retire(self.device, self.backend.is_capturing(), dropped_by_reset, carry)
+
+    # -- where a call stands -------------------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        """Where the generation stands. (Off the path, ``current`` is a marker node with no
+        children, so that the fast path's lookup of a child misses there without a test of
+        its own.)"""
+        if self.current is self.off_tree:
+            return Position.OFF_TREE
+        if self.current is self.warming_up:
+            return Position.WARMING_UP
+        return Position.ON_PATH
+
+    def settle(
+        self,
+        callable_id: int,
+        key: tuple[int, ...],
+        args: list[Any],
+        read_only_static: Sequence[int] = (),
+    ) -> TreeView:
+        """Settle the tree for a call off the fast path, and say where the call stands.
+
+        Settled only where a graph may run (no capture under way, the device records, the
+        generation on the tree): the nodes of freed callables are dropped, where the call's
+        read-only static inputs lie is noted (``moving_storages``), and a path held by
+        warmups resumes once their outputs are dropped. The recordings here whose state died
+        are found, after one garbage collection where none died but one is laid out as the
+        call's inputs (the caller's old state may be garbage that only reference cycles keep:
+        Dynamo's objects from compiling the call that made it)."""
+        backend, position = self.backend, self.position
+        capturing, cannot_record = backend.is_capturing(), backend.cannot_record
+        if capturing or cannot_record or position is Position.OFF_TREE:
+            return TreeView(position, self.device, capturing, cannot_record)
+        self.drop_forgotten()
+        if read_only_static:
+            self.moving_storages.note(args, read_only_static)
+        if position is Position.WARMING_UP and self.resume_after_warmups():
+            position = Position.ON_PATH
+        if position is Position.WARMING_UP:
+            return TreeView(position, self.device, calls_warming_up=self.calls_warming_up)
+        place, generation = self.current, self.generation
+        variants = tuple(place.variants((callable_id, key)))
+        matching = tuple(node for node in variants if node.recording.static_inputs_match(args))
+        dead: tuple[GraphNode, ...] = ()
+        if variants and not matching:
+            dead = tuple(node for node in variants if node.recording.state_died())
+            if not dead and any(node.recording.state.laid_out_as(args) for node in variants):
+                gc.collect()
+                dead = tuple(node for node in variants if node.recording.state_died())
+        moved = self.moving_storages.moved
+        return TreeView(
+            position,
+            self.device,
+            place=place,
+            variants=variants,
+            matching=matching,
+            dead=dead,
+            can_capture=self.memory.can_capture_below(place),
+            capture_refusal=backend.reason_not_to_capture(args),
+            kept_state=self.kept_state,
+            moving=frozenset(i for i in read_only_static if moved(args[i])),
+            evicted_here=bool(self.evicted[callable_id, key]),
+            pending_backward=generation.pending_backward,
+            records_below_itself=(
+                sum(node.callable_id == callable_id for node in place.path_from_root())
+                if generation.pending_backward
+                else 0
+            ),
+            generation=self.generations_started,
+        )
+
+    def leave(self, why: Leave, name: str, source: str | None) -> None:
+        """The rest of this generation runs un-graphed, ``why`` (said where there is
+        something to say); the next one starts at the root."""
+        if why is Leave.LIVE_MEMORY:
+            stats.record_event(
+                stats.EventKind.LIVENESS_FALLBACK, messages.LIVENESS_FALLBACK, name, source
+            )
+            stats.counters["liveness_fallbacks"] += 1
+        elif why is Leave.LENT_MEMORY:  # the tree records again from the next one, not lending
+            log.warning(messages.LENT_MEMORY_CONFLICT, self.device, self.current.name)
+            self.next_memory = OwnedOutputs(lending=False)
+        self.current = self.off_tree
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -425,32 +511,20 @@ class GraphTree:
         OwnedOutputs().adopt(node, self.pool)
         self.next_memory = OwnedOutputs()
 
-    def can_capture_here(self) -> bool:
-        """Whether a capture of a child of the current node may be placed (see ``memory``)."""
-        return self.memory.can_capture_below(self.current)
-
-    def refuse_capture_here(self) -> None:
-        """A capture here could land in memory lent to another branch: the rest of this
-        generation runs un-graphed, and the tree records again from the next one without
-        lending."""
-        log.warning(messages.LENT_MEMORY_CONFLICT, self.device, self.current.name)
-        self.next_memory = OwnedOutputs(lending=False)
-        self.current = self.off_tree
-
-    def admit_capture_here(self) -> bool:
-        """``can_capture_here``, or ``refuse_capture_here`` and False."""
-        if self.can_capture_here():
-            return True
-        self.refuse_capture_here()
-        return False
-
     def replayed(self, node: GraphNode) -> None:
-        """``node`` replayed: the path goes on from it. (The fast path in ``graphed_callable``
-        does the same, inlined.)"""
+        """``node`` replayed: the path goes on from it."""
         self.current = node
         self.generation.replayed_nodes.append(node)
         node.replays += 1
         stats.counters["replays"] += 1
+
+    def replayed_variant(self, node: GraphNode) -> None:
+        """``replayed``, for a recording found off the fast path: it becomes the variant used
+        last here (addresses, or a liveness pattern, seen before came back)."""
+        key = (node.callable_id, node.sizes)
+        if self.current.children.get(key) is not node:
+            self.current.use_variant(key, node)
+        self.replayed(node)
 
     def recorded(self, node: GraphNode) -> None:
         """``node`` was just recorded, and replayed once to compute its call's result: the

@@ -322,15 +322,15 @@ def test_truncated_bptt_passing_the_detached_state_back_trains_as_eager(device):
 
 
 class LaunchSpy:
-    """Stands in for a recording's graph: runs ``probe`` at each launch, then launches."""
+    """Stands in for a recording's launch: runs ``probe`` at each launch, then launches."""
 
     def __init__(self, recording, probe):
-        self.graph, self.probe, self.seen = recording.graph, probe, []
-        recording.graph = self
+        self.launch, self.probe, self.seen = recording.launch, probe, []
+        recording.launch = self
 
-    def replay(self):
+    def __call__(self, args):
         self.seen.append(self.probe())
-        self.graph.replay()
+        self.launch(args)
 
 
 def root_recording(phase):

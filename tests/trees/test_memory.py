@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from inductor_xpugraph.trees.decision import Leave, Position
 from inductor_xpugraph.trees.inputs import InputBuffers, StaticInput
 from inductor_xpugraph.trees.memory import CheckpointedPool, OwnedOutputs
 from inductor_xpugraph.trees.node import CallableIdentity, Phase
@@ -261,7 +262,7 @@ def test_pool_memory_no_output_accounts_for_switches_the_tree_to_owned_outputs(t
     with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
         c, c_out = record(tree, 2, leak=True)
     assert "owned outputs instead of allocator checkpointing" in caplog.text
-    assert tree.current is tree.off_tree  # the rest of this step runs un-graphed
+    assert tree.position is Position.OFF_TREE  # the rest of this step runs un-graphed
     assert c.recording.blocks[0].owner is not None
     assert a.recording.blocks[0].owner is not None  # a_out is still valid in this step
     old_pool = tree._pool
@@ -430,10 +431,10 @@ def test_after_a_warmup_in_the_pool_no_graph_runs_until_the_generation_ends(tree
     tree.current = tree.root  # the next step: a replays, then a new callable warms up
     tree.current = a
     first = warm_up(tree, value=1.0)
-    assert tree.current is tree.warming_up and not tree.current.children
+    assert tree.position is Position.WARMING_UP and not tree.current.children
     second = warm_up(tree, value=2.0)  # the step's next call: un-graphed, in the pool
     assert tree.backend.warmups == {"in pool": 2, "outside": 0}
-    assert tree.current is tree.warming_up and first.data_ptr() != second.data_ptr()
+    assert tree.position is Position.WARMING_UP and first.data_ptr() != second.data_ptr()
     tree.start_generation()
     assert tree.current is tree.root
 
@@ -510,7 +511,7 @@ def test_owned_outputs_keep_an_output_still_referenced(owned_tree):
 def test_owned_outputs_allow_captures_below_the_node_that_reused_the_memory(owned_tree):
     a, b = lend_to_a_backward(owned_tree)
     assert owned_tree.current is b
-    assert owned_tree.admit_capture_here()
+    assert owned_tree.memory.can_capture_below(b)
 
 
 def test_owned_outputs_refuse_a_capture_that_bypasses_the_node_that_reused_the_memory(
@@ -518,10 +519,11 @@ def test_owned_outputs_refuse_a_capture_that_bypasses_the_node_that_reused_the_m
 ):
     a, b = lend_to_a_backward(owned_tree)
     owned_tree.current = a  # a later step replays a, then calls another backward
+    assert not owned_tree.memory.can_capture_below(a)
     with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
-        assert not owned_tree.admit_capture_here()
+        owned_tree.leave(Leave.LENT_MEMORY, "backward", None)  # as a decision to record there does
     assert "without lending" in caplog.text
-    assert owned_tree.current is owned_tree.off_tree  # the rest of this step runs un-graphed
+    assert owned_tree.position is Position.OFF_TREE  # the rest of this step runs un-graphed
     owned_tree.start_generation()
     assert owned_tree.nodes() == []  # recorded again from this step on
     assert isinstance(owned_tree.memory, OwnedOutputs) and not owned_tree.memory.lending
@@ -531,7 +533,7 @@ def test_owned_outputs_refuse_a_capture_below_a_lender_whose_borrower_was_droppe
     a, b = lend_to_a_backward(owned_tree)
     owned_tree.drop_node(b)  # b is re-recorded: a's lent memory is still free
     assert owned_tree.current is a
-    assert not owned_tree.admit_capture_here()
+    assert not owned_tree.memory.can_capture_below(a)
 
 
 def test_owned_outputs_without_lending_keep_every_output(owned_tree):

@@ -39,65 +39,78 @@ def fresh_stats():
     inductor_xpugraph.reset()
 
 
+def call_for(policy, key):
+    """A call for sizes ``key``, counted as a decision's preamble counts it: whether it warms up
+    (None: its sizes are refused)."""
+    answers = policy.answers(key, None, generation=0)
+    if answers.size_refusal is not None:
+        return None
+    policy.count_sizes(key, warmup=answers.warms_up)
+    return answers.warms_up
+
+
 def test_each_size_warms_up_warmup_runs_times_then_records():
     policy = policy_with(warmup_runs=2)
-    assert [policy.warm_up((4,)) for _ in range(3)] == [True, True, False]
-    assert policy.warm_up((8,)) is True
+    assert [call_for(policy, (4,)) for _ in range(3)] == [True, True, False]
+    assert call_for(policy, (8,)) is True
     assert policy.sizes_seen == 2
 
 
 def test_no_warmup_records_the_first_call_of_each_size_and_counts_the_size():
     policy = policy_with(warmup_runs=0)
-    assert not policy.warm_up((4,)) and not policy.warm_up((8,))
+    assert call_for(policy, (4,)) is False and call_for(policy, (8,)) is False
     assert policy.sizes_seen == 2
 
 
 def test_always_warming_up_never_records_even_with_no_warmups():
     policy = policy_with(warmup_runs=0, always_warm_up=True)
-    assert all(policy.warm_up((4,)) for _ in range(5))
+    assert all(call_for(policy, (4,)) for _ in range(5))
 
 
-def test_sizes_past_the_warn_limit_are_admitted_with_one_warning(policy, caplog):
-    for size in (1, 2):
-        assert policy.admit_size((size,))
-        policy.warm_up((size,))
+def test_only_the_size_past_the_warn_limit_is_one_too_many(policy):
+    too_many = []
+    for size in (1, 2, 3, 4, 5):
+        too_many.append(policy.answers((size,), None, generation=0).one_size_too_many)
+        call_for(policy, (size,))
+    assert too_many == [False, False, True, False, False]
+
+
+def test_sizes_one_too_many_are_warned_of_once_through_a_callable(device, caplog, monkeypatch):
+    monkeypatch.setattr(inductor_xpugraph.config, "dynamic_shape_warn_limit", 2)
+    f = torch.compile(lambda x: x * 2, mode="reduce-overhead", dynamic=True)
     with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
-        for size in (3, 4, 5):
-            assert policy.admit_size((size,))
-            policy.warm_up((size,))
+        for n in (2, 3, 4, 5, 6, 7):
+            f(torch.ones(n, device=device))
     assert len([r for r in caplog.records if "distinct sizes" in r.getMessage()]) == 1
 
 
-def test_no_warn_limit_never_warns(caplog):
+def test_no_warn_limit_never_warns():
     policy = policy_with(warn_limit=None)
-    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
-        for size in range(20):
-            assert policy.admit_size((size,))
-            policy.warm_up((size,))
-    assert not caplog.records
+    for size in range(20):
+        assert not policy.answers((size,), None, generation=0).one_size_too_many
+        call_for(policy, (size,))
 
 
-def test_sizes_past_the_size_limit_are_refused_and_sizes_seen_still_admitted(fresh_stats):
+def test_sizes_past_the_size_limit_are_refused_and_sizes_seen_still_admitted():
     policy = policy_with(size_limit=2)
     for size in (1, 2):
-        policy.warm_up((size,))
-    assert not policy.admit_size((3,))
-    assert policy.admit_size((1,))  # a size seen before still is
-    assert "skip_dynamic_graphs" in "".join(inductor_xpugraph.stats()["skip_reasons"])
+        call_for(policy, (size,))
+    (reason, level) = policy.answers((3,), None, generation=0).size_refusal
+    assert "skip_dynamic_graphs" in reason and level is None
+    assert policy.answers((1,), None, generation=0).size_refusal is None  # seen: still admitted
 
 
-def test_upstreams_size_limit_is_said_in_upstreams_words(fresh_stats):
+def test_upstreams_size_limit_is_said_in_upstreams_words():
     policy = policy_with(size_limit=1, size_limit_upstream=True)
-    policy.warm_up((1,))
-    assert not policy.admit_size((2,))
-    (reason,) = inductor_xpugraph.stats()["skip_reasons"]
+    call_for(policy, (1,))
+    (reason, _) = policy.answers((2,), None, generation=0).size_refusal
     assert (
         "cudagraph_dynamic_shape_rerecord_limit=1; already-recorded shapes still replay" in reason
     )
 
 
 def test_a_size_limit_of_zero_graphs_nothing_not_even_a_static_graph():
-    assert not policy_with(size_limit=0).admit_size(())
+    assert call_for(policy_with(size_limit=0), ()) is None
 
 
 @pytest.mark.parametrize(
@@ -119,16 +132,14 @@ def test_sizes_are_matched_against_capture_sizes_as_upstream_keys_them(key, upst
     ],
 )
 def test_only_capture_sizes_are_admitted(capture_sizes, key, admitted):
-    assert policy_with(capture_sizes=capture_sizes).admit_size(key) is admitted
+    assert (call_for(policy_with(capture_sizes=capture_sizes), key) is not None) is admitted
 
 
-def test_a_size_refused_by_capture_sizes_is_counted_without_a_warning(fresh_stats, caplog):
+def test_a_size_refused_by_capture_sizes_is_said_at_debug_level_only():
     policy = policy_with(capture_sizes=(2,))
-    with caplog.at_level(logging.INFO, logger="inductor_xpugraph"):
-        assert not policy.admit_size((3,))
-    assert not caplog.records
-    assert policy.sizes_seen == 0  # nor toward the limits
-    assert inductor_xpugraph.stats()["skips"] == 1
+    (_, level) = policy.answers((3,), None, generation=0).size_refusal
+    assert level == logging.DEBUG
+    assert call_for(policy, (3,)) is None and policy.sizes_seen == 0  # nor toward the limits
 
 
 # -- where the settings come from --------------------------------------------------------------
@@ -208,9 +219,10 @@ def test_rerecords_spread_over_more_than_the_window_never_stop_recording(policy)
     assert policy.rerecords == 50
 
 
-def test_an_address_set_recorded_once_is_seen_before(policy):
+def test_an_address_set_recorded_once_is_answered_as_seen(policy):
     policy.note_recorded((1, 2))
-    assert policy.seen_before((1, 2)) and not policy.seen_before((1, 3))
+    seen = policy.answers((), None, generation=0).address_sets_seen
+    assert (1, 2) in seen and (1, 3) not in seen
 
 
 # -- through compiled callables ----------------------------------------------------------------

@@ -23,6 +23,7 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 import pytest
 import torch
+from torch._inductor.cudagraph_trees import MarkStepBox
 
 import inductor_xpugraph
 from inductor_xpugraph.trees.per_thread import all_trees
@@ -88,6 +89,8 @@ def _fresh_runtime(name, checkpointing):
     was_enabled = name in inductor_xpugraph.enabled_devices()
     inductor_xpugraph.enable(name)
     torch._dynamo.reset()
+    # A test that called mark_step_begin() leaves generations to its counter, for the process.
+    MarkStepBox.mark_step_counter = 0
     with inductor_xpugraph.config.patch(allocator_checkpointing=checkpointing):
         inductor_xpugraph.reset()
         yield name

@@ -545,11 +545,6 @@ class GraphTree:
         self.evicted.update((n.callable_id, n.sizes) for n in node.subtree()[1:])
         self.drop_node(node)
 
-    def went_with_an_evicted_variant(self, callable_id: int, sizes: tuple[int, ...]) -> bool:
-        """Whether a recording of this callable for these sizes went with an evicted variant
-        and is not recorded again yet (``take_evicted`` counts it recorded)."""
-        return bool(self.evicted[callable_id, sizes])
-
     def take_evicted(self, callable_id: int, sizes: tuple[int, ...]) -> bool:
         """Whether a recording of this callable for these sizes went with an evicted variant
         and is not recorded again yet; if so, it counts as recorded again now."""

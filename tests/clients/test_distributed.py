@@ -277,25 +277,35 @@ def test_ddp_bucketed_graphs_replay_as_a_chain_and_train_like_eager_ddp(setup):
 # -- fully sharded data parallelism (FSDP2) ------------------------------------------------------
 
 
-def _fsdp_worker(rank: int, device: str, reshard_after_forward: bool = True) -> None:
+def _fsdp_worker(
+    rank: int, device: str, reshard_after_forward: bool = True, mixed_precision: bool = False
+) -> None:
     """FSDP2 as torchtitan uses it with torch.compile: each layer sharded, each layer's forward
     compiled. FSDP frees a layer's gathered parameters after use (after its forward, or with
     ``reshard_after_forward=False`` after its backward) and gathers them again into the same
     storage, at an address the allocator picks: the recordings copy them
     (``inputs.MovingStorages``), and every step replays once they are recorded. The forward
     returns its weight for the backward over the caller's parameter, so the backward reads
-    the parameter as it is when the backward runs, gathered again."""
-    from torch.distributed.fsdp import fully_shard
+    the parameter as it is when the backward runs, gathered again. ``mixed_precision``: FSDP
+    gathers bf16 copies of the parameters (``MixedPrecisionPolicy``) and reduces the gradients
+    in fp32; the layers compute in bf16, compiled and eager alike."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import inductor_xpugraph
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(3)]).to(device)
     reference = copy.deepcopy(model)
+    policy = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16 if mixed_precision else None,
+        reduce_dtype=torch.float32 if mixed_precision else None,
+    )
+    # bf16: compiled code rounds otherwise than eager (fused kernels).
+    tolerance = {"rtol": 2e-2, "atol": 2e-3} if mixed_precision else {}
     for net in (model, reference):
         for layer in net:
-            fully_shard(layer, reshard_after_forward=reshard_after_forward)
-        fully_shard(net, reshard_after_forward=reshard_after_forward)
+            fully_shard(layer, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+        fully_shard(net, reshard_after_forward=reshard_after_forward, mp_policy=policy)
     for layer in model:
         layer.forward = torch.compile(layer.forward, mode="reduce-overhead")
     batches = torch.Generator(device=device).manual_seed(10 + rank)
@@ -306,9 +316,9 @@ def _fsdp_worker(rank: int, device: str, reshard_after_forward: bool = True) -> 
         loss.backward()
         expected = reference(x).square().mean()
         expected.backward()
-        torch.testing.assert_close(loss, expected)
+        torch.testing.assert_close(loss, expected, **tolerance)
         for p, q in zip(model.parameters(), reference.parameters()):
-            torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor())
+            torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor(), **tolerance)
         model.zero_grad()
         reference.zero_grad()
         stats = inductor_xpugraph.stats()
@@ -330,6 +340,14 @@ def _fsdp_keeping_gathered_parameters_worker(rank: int, device: str) -> None:
     _fsdp_worker(rank, device, reshard_after_forward=False)
 
 
+def _fsdp_mixed_precision_worker(rank: int, device: str) -> None:
+    _fsdp_worker(rank, device, mixed_precision=True)
+
+
+def _fsdp_mixed_precision_keeping_gathered_parameters_worker(rank: int, device: str) -> None:
+    _fsdp_worker(rank, device, reshard_after_forward=False, mixed_precision=True)
+
+
 @pytest.mark.parametrize("setup", SETUPS)
 def test_fsdp2_with_compiled_layers_replays_every_step_and_trains_like_eager_fsdp(setup):
     _spawn(_fsdp_worker, *setup)
@@ -338,3 +356,13 @@ def test_fsdp2_with_compiled_layers_replays_every_step_and_trains_like_eager_fsd
 @pytest.mark.parametrize("setup", SETUPS)
 def test_fsdp2_keeping_gathered_parameters_to_the_backward_replays_every_step(setup):
     _spawn(_fsdp_keeping_gathered_parameters_worker, *setup)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_fsdp2_with_bf16_mixed_precision_replays_every_step(setup):
+    _spawn(_fsdp_mixed_precision_worker, *setup)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_fsdp2_with_bf16_mixed_precision_keeping_gathered_parameters_replays_every_step(setup):
+    _spawn(_fsdp_mixed_precision_keeping_gathered_parameters_worker, *setup)

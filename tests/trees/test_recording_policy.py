@@ -75,10 +75,12 @@ def test_only_the_size_past_the_warn_limit_is_one_too_many(policy):
     assert too_many == [False, False, True, False, False]
 
 
-def test_sizes_one_too_many_are_warned_of_once_through_a_callable(device, caplog, monkeypatch):
-    monkeypatch.setattr(inductor_xpugraph.config, "dynamic_shape_warn_limit", 2)
+def test_sizes_one_too_many_are_warned_of_once_through_a_callable(device, caplog):
     f = torch.compile(lambda x: x * 2, mode="reduce-overhead", dynamic=True)
-    with caplog.at_level(logging.WARNING, logger="inductor_xpugraph"):
+    with (
+        inductor_xpugraph.config.patch(dynamic_shape_warn_limit=2),
+        caplog.at_level(logging.WARNING, logger="inductor_xpugraph"),
+    ):
         for n in (2, 3, 4, 5, 6, 7):
             f(torch.ones(n, device=device))
     assert len([r for r in caplog.records if "distinct sizes" in r.getMessage()]) == 1

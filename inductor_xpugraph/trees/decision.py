@@ -145,8 +145,6 @@ class CallableFacts:
     mutated_inputs: tuple[int, ...]
     # Written inputs that may hold an output of the step before (not parameters or buffers).
     may_be_state: tuple[int, ...]
-    # Static inputs the graph only reads (copied where their memory moves under them).
-    read_only_static: tuple[int, ...]
     input_names: InputNames
 
 

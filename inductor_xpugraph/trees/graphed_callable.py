@@ -138,7 +138,6 @@ class GraphedCallable:
             self.static_inputs,
             self.mutated_inputs,
             self._may_be_state,
-            self._read_only_static,
             self.input_names,
         )
         # The compile that loaded this callable (None outside one), for the structured trace.

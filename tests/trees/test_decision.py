@@ -70,7 +70,6 @@ FACTS = CallableFacts(
     static_inputs=frozenset({1}),
     mutated_inputs=(),
     may_be_state=(),
-    read_only_static=(1,),
     input_names=InputNames({1: "w, read by the weight"}),
 )
 ANSWERS = PolicyAnswers(
@@ -275,7 +274,7 @@ def test_a_weight_whose_memory_moves_is_copied_by_one_recording_replacing_the_ot
 
 
 def test_an_output_of_another_graph_that_keeps_moving_is_skipped_here_at_the_limit(args):
-    produced = dataclasses.replace(FACTS, static_inputs=frozenset(), read_only_static=())
+    produced = dataclasses.replace(FACTS, static_inputs=frozenset())
     view = on_path(variants=(node([args[0], args[1].clone()]),))
     skip = answers(managed_action="skip", managed_limit=2, managed_counts={1: 1})
     decision = decide(view, produced, call(*args), skip)
@@ -285,7 +284,7 @@ def test_an_output_of_another_graph_that_keeps_moving_is_skipped_here_at_the_lim
 
 
 def test_below_the_managed_limit_a_moved_output_of_another_graph_is_counted_and_recorded(args):
-    produced = dataclasses.replace(FACTS, static_inputs=frozenset(), read_only_static=())
+    produced = dataclasses.replace(FACTS, static_inputs=frozenset())
     view = on_path(variants=(node([args[0], args[1].clone()]),))
     decision = decide(view, produced, call(*args), answers(managed_limit=3))
     assert decision.kind is RecordKind.VARIANT

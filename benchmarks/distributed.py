@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measure  # noqa: E402
+import step_profile  # noqa: E402
 import workloads  # noqa: E402
 from measure import VARIANTS, Variant  # noqa: E402
 
@@ -107,17 +109,23 @@ def tp_decode(variant: Variant, device: torch.device, steps: int) -> dict:
 # -- data-parallel training --------------------------------------------------------------------
 
 
+# Steps run under the profiler after the timed ones (``--profile``); 0: none.
+PROFILE_STEPS = 0
+
+
 def train(step_model, model, device: torch.device, steps: int, batch=None, loss_of=None) -> dict:
     """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), each
     step's loss read on the host; the median step after the first three. ``batch(generator)``
     makes a step's input (default: 64 × 1024 floats per rank), ``loss_of(output, input)`` its
-    loss (default: the mean square)."""
+    loss (default: the mean square). With ``PROFILE_STEPS``, that many more steps run under
+    the profiler, and ``step_profile`` says where their time went."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
     batch = batch or (lambda g: torch.randn(64, 1024, device=device, generator=g))
     loss_of = loss_of or (lambda out, x: out.square().mean())
     losses, times = [], []
-    for _ in range(steps):
+
+    def one_step() -> None:
         x = batch(data)
         start = time.perf_counter()
         loss = loss_of(step_model(x), x)
@@ -126,8 +134,24 @@ def train(step_model, model, device: torch.device, steps: int, batch=None, loss_
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
         times.append(time.perf_counter() - start)
+
+    for _ in range(steps):
+        one_step()
     steady = sorted(times[3:])[len(times[3:]) // 2]
-    return {"step ms": steady * 1e3, "first s": times[0], "losses": losses}
+    result = {"step ms": steady * 1e3, "first s": times[0], "losses": losses[:steps]}
+    if PROFILE_STEPS:
+        result["profile"] = step_profile.profile_steps(one_step, PROFILE_STEPS)
+    return result
+
+
+def _mixed_precision(bf16: bool) -> dict:
+    """``fully_shard``'s keyword for bf16 compute with fp32 gradients' reduction (none without)."""
+    if not bf16:
+        return {}
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return {"mp_policy": policy}
 
 
 def ddp_train(variant: Variant, device: torch.device, steps: int) -> dict:
@@ -138,19 +162,59 @@ def ddp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     return train(ddp, model, device, steps)
 
 
-def fsdp_train(variant: Variant, device: torch.device, steps: int) -> dict:
-    """FSDP2 as torchtitan uses it with torch.compile: each layer sharded with
-    ``fully_shard`` and each layer's forward compiled. FSDP gathers a layer's parameters
-    into new memory at every step, so graphed variants see static inputs that move."""
+def fsdp_train(variant: Variant, device: torch.device, steps: int, bf16: bool = False) -> dict:
+    """FSDP2 with each Linear of an MLP (4 × 1024) sharded with ``fully_shard`` and its forward
+    compiled. FSDP gathers a layer's parameters into memory that moves from step to step, so
+    graphed variants see static inputs that move."""
     from torch.distributed.fsdp import fully_shard
 
     model = workloads.mlp(device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
+            fully_shard(layer, **_mixed_precision(bf16))
             layer.forward = variant.compile(layer.forward)
-    fully_shard(model)
+    fully_shard(model, **_mixed_precision(bf16))
     return train(model, model, device, steps)
+
+
+class ResidualBlock(torch.nn.Module):
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, hidden), torch.nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class ResidualMLP(torch.nn.Module):
+    def __init__(self, width=256, hidden=1024, blocks=4, inputs=64, outputs=16) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(inputs, width)
+        self.blocks = torch.nn.ModuleList(ResidualBlock(width, hidden) for _ in range(blocks))
+        self.out = torch.nn.Linear(width, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)
+
+
+def fsdp_mlp(variant: Variant, device: torch.device, steps: int, bf16: bool = False) -> dict:
+    """FSDP2 in torchtitan's order: each residual block compiled as a module, then sharded,
+    then the root sharded (4 blocks, width 256, hidden 1024, 64 inputs, 16 outputs, batch 64):
+    small blocks, so a step is mostly host work."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = ResidualMLP().to(device)
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = variant.compile(block)
+        fully_shard(model.blocks[i], **_mixed_precision(bf16))
+    fully_shard(model, **_mixed_precision(bf16))
+    return train(
+        model, model, device, steps, lambda g: torch.randn(64, 64, device=device, generator=g)
+    )
 
 
 class Block(torch.nn.Module):
@@ -190,21 +254,33 @@ class Transformer(torch.nn.Module):
 
 
 def fsdp_transformer(
-    variant: Variant, device: torch.device, steps: int, reshard_after_forward: bool = True
+    variant: Variant,
+    device: torch.device,
+    steps: int,
+    reshard_after_forward: bool = True,
+    bf16: bool = False,
+    checkpointed: bool = False,
 ) -> dict:
     """FSDP2 on a small transformer (6 blocks × 512, vocabulary 8192, batch 8 × 256 tokens per
     rank), torchtitan's way: ``fully_shard`` on each block and on the root, each block's
     forward compiled, AdamW, next-token loss. FSDP gathers each block's parameters into
     memory that moves from step to step (``reshard_after_forward=False``: kept from the
-    forward to the backward, freed after it)."""
+    forward to the backward, freed after it). ``checkpointed``: each block's activations are
+    recomputed in the backward (``torch.utils.checkpoint`` inside the compiled forward)."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     model = Transformer().to(device)
+    shard = {"reshard_after_forward": reshard_after_forward, **_mixed_precision(bf16)}
     for block in model.blocks:
-        fully_shard(block, reshard_after_forward=reshard_after_forward)
-        block.forward = variant.compile(block.forward)
-    fully_shard(model, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, **shard)
+        forward = block.forward
+        if checkpointed:
+            forward = functools.partial(
+                torch.utils.checkpoint.checkpoint, forward, use_reentrant=False
+            )
+        block.forward = variant.compile(forward)
+    fully_shard(model, **shard)
 
     def batch(generator):
         return torch.randint(0, 8192, (8, 257), device=device, generator=generator)
@@ -218,17 +294,29 @@ def fsdp_transformer(
     return train(step_model, model, device, steps, batch, loss_of)
 
 
-def fsdp_transformer_kept(variant: Variant, device: torch.device, steps: int) -> dict:
-    return fsdp_transformer(variant, device, steps, reshard_after_forward=False)
+def fsdp_transformer_kept(variant: Variant, device: torch.device, steps: int, **kw) -> dict:
+    return fsdp_transformer(variant, device, steps, reshard_after_forward=False, **kw)
+
+
+def fsdp_transformer_checkpointed(variant: Variant, device: torch.device, steps: int, **kw):
+    return fsdp_transformer(variant, device, steps, checkpointed=True, **kw)
 
 
 WORKLOADS = {
     "tp_decode": tp_decode,
     "ddp_train": ddp_train,
+    "fsdp_mlp": fsdp_mlp,
     "fsdp_train": fsdp_train,
     "fsdp_transformer": fsdp_transformer,
     "fsdp_transformer_kept": fsdp_transformer_kept,
+    "fsdp_transformer_checkpointed": fsdp_transformer_checkpointed,
 }
+# Each FSDP2 workload also with bf16 mixed precision (``MixedPrecisionPolicy``).
+WORKLOADS.update({
+    f"{name}_bf16": functools.partial(run, bf16=True)
+    for name, run in list(WORKLOADS.items())
+    if name.startswith("fsdp")
+})  # fmt: skip
 
 
 # -- one variant under torchrun ----------------------------------------------------------------
@@ -277,9 +365,18 @@ def main() -> None:
     parser.add_argument(
         "--ranks", type=int, default=2, help="processes per launch (1: FSDP2 on one device)"
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="after the timed steps, this many more under the profiler: where a step's time goes",
+    )
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
     args = parser.parse_args()
     if args.child:
+        global PROFILE_STEPS
+        PROFILE_STEPS = args.profile
         child(args.child, args.device, args.workloads, args.steps)
         return
     title = (
@@ -307,7 +404,7 @@ def launch(variant: str, args: argparse.Namespace) -> dict | None:
     result = measure.in_fresh_process([
         "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks), "--master-port", port,
         os.path.abspath(__file__), "--child", variant, "--device", args.device,
-        "--steps", str(args.steps), "--workloads", *args.workloads,
+        "--steps", str(args.steps), "--profile", str(args.profile), "--workloads", *args.workloads,
     ])  # fmt: skip
     if "error" in result:
         print(f"{variant}: failed: {result['error']}")
@@ -345,6 +442,27 @@ def report(runs: dict[str, list[dict]], workloads_run: list[str]) -> None:
             )
             counts += f" (skipped: {'; '.join(skips)[:200]})" if skips else ""
             print(f"| {variant} | " + " | ".join([*cells, answer, counts]) + " |")
+        report_profiles({v: launches[0][workload].get("profile") for v, launches in runs.items()})
+
+
+def report_profiles(profiles: dict[str, dict | None]) -> None:
+    """Where a step's time went, per variant (its first launch), in ms per step: host time by
+    region and kind of work, then device time the same way (``step_profile``)."""
+    profiles = {variant: p for variant, p in profiles.items() if p}
+    if not profiles:
+        return
+    variants = list(profiles)
+    for side in ("host", "device"):
+        rows = list(dict.fromkeys(row for p in profiles.values() for row in p[side]))
+        print(f"\n{side} ms per step | " + " | ".join(variants) + " |")
+        print("|---" * (len(variants) + 1) + "|")
+        total = "step ms" if side == "host" else "device busy ms"
+        print(
+            f"| **{total}** | " + " | ".join(f"{profiles[v][total]:.3f}" for v in variants) + " |"
+        )
+        for row in rows:
+            cells = [f"{profiles[v][side].get(row, 0.0):.3f}" for v in variants]
+            print(f"| {row} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import datetime
 import faulthandler
+import functools
 import os
 import socket
 import sys
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from support.fresh_processes import fork_server
+from torch.utils.checkpoint import checkpoint
 
 WORLD = 2
 STEPS = 5
@@ -278,7 +280,12 @@ def test_ddp_bucketed_graphs_replay_as_a_chain_and_train_like_eager_ddp(setup):
 
 
 def _fsdp_worker(
-    rank: int, device: str, reshard_after_forward: bool = True, mixed_precision: bool = False
+    rank: int,
+    device: str,
+    reshard_after_forward: bool = True,
+    mixed_precision: bool = False,
+    checkpointed: bool = False,
+    compiled_first: bool = False,
 ) -> None:
     """FSDP2 as torchtitan uses it with torch.compile: each layer sharded, each layer's forward
     compiled. FSDP frees a layer's gathered parameters after use (after its forward, or with
@@ -288,7 +295,9 @@ def _fsdp_worker(
     returns its weight for the backward over the caller's parameter, so the backward reads
     the parameter as it is when the backward runs, gathered again. ``mixed_precision``: FSDP
     gathers bf16 copies of the parameters (``MixedPrecisionPolicy``) and reduces the gradients
-    in fp32; the layers compute in bf16, compiled and eager alike."""
+    in fp32; the layers compute in bf16, compiled and eager alike. ``checkpointed``: each
+    compiled forward is ``torch.utils.checkpoint``'s, so its backward recomputes it.
+    ``compiled_first``: torchtitan's order, each layer compiled as a module, then sharded."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import inductor_xpugraph
@@ -302,12 +311,18 @@ def _fsdp_worker(
     )
     # bf16: compiled code rounds otherwise than eager (fused kernels).
     tolerance = {"rtol": 2e-2, "atol": 2e-3} if mixed_precision else {}
+    if compiled_first:
+        for i, layer in enumerate(model):
+            model[i] = torch.compile(layer, mode="reduce-overhead")
     for net in (model, reference):
         for layer in net:
             fully_shard(layer, reshard_after_forward=reshard_after_forward, mp_policy=policy)
         fully_shard(net, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-    for layer in model:
-        layer.forward = torch.compile(layer.forward, mode="reduce-overhead")
+    for layer in model if not compiled_first else ():
+        forward = layer.forward
+        if checkpointed:
+            forward = functools.partial(checkpoint, forward, use_reentrant=False)
+        layer.forward = torch.compile(forward, mode="reduce-overhead")
     batches = torch.Generator(device=device).manual_seed(10 + rank)
     counts = []  # (records, replays) after each step
     for _ in range(FSDP_STEPS):
@@ -348,6 +363,14 @@ def _fsdp_mixed_precision_keeping_gathered_parameters_worker(rank: int, device: 
     _fsdp_worker(rank, device, reshard_after_forward=False, mixed_precision=True)
 
 
+def _fsdp_checkpointed_worker(rank: int, device: str) -> None:
+    _fsdp_worker(rank, device, checkpointed=True)
+
+
+def _fsdp_compiled_first_worker(rank: int, device: str) -> None:
+    _fsdp_worker(rank, device, compiled_first=True)
+
+
 @pytest.mark.parametrize("setup", SETUPS)
 def test_fsdp2_with_compiled_layers_replays_every_step_and_trains_like_eager_fsdp(setup):
     _spawn(_fsdp_worker, *setup)
@@ -366,3 +389,13 @@ def test_fsdp2_with_bf16_mixed_precision_replays_every_step(setup):
 @pytest.mark.parametrize("setup", SETUPS)
 def test_fsdp2_with_bf16_mixed_precision_keeping_gathered_parameters_replays_every_step(setup):
     _spawn(_fsdp_mixed_precision_keeping_gathered_parameters_worker, *setup)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_fsdp2_with_activation_checkpointing_replays_every_step(setup):
+    _spawn(_fsdp_checkpointed_worker, *setup)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_fsdp2_of_layers_compiled_before_sharding_replays_every_step(setup):
+    _spawn(_fsdp_compiled_first_worker, *setup)

@@ -16,9 +16,8 @@ every step, for one device copy of it per replay. A move under a recording is en
 any recording, memory counts as moving from its second move on, since the first is often the
 allocator settling (FSDP2's first gathers land wherever there is room; later steps often
 gather at one address, where a graph then reads them with no copy). A parameter replaced by
-a new tensor (a
-model loaded again, another parameter set) is a new storage: it is recorded again, as a
-*variant*, and the thrash guard (``recording_policy``) counts it.
+a new tensor (a model loaded again, another parameter set) is a new storage: it is recorded
+again, as a *variant*, and the thrash guard (``recording_policy``) counts it.
 """
 
 from __future__ import annotations

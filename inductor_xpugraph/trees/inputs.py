@@ -12,12 +12,9 @@ storage object at a new address is memory given back and taken again in place
 (``untyped_storage().resize_()``), as FSDP2 frees each layer's gathered parameters after use
 and gathers them again at the next step, wherever the allocator puts them. Read where it lies,
 such an input would be recorded again at nearly every step; copied, one recording replays at
-every step, for one device copy of it per replay. A move under a recording is enough; before
-any recording, memory counts as moving from its second move on, since the first is often the
-allocator settling (FSDP2's first gathers land wherever there is room; later steps often
-gather at one address, where a graph then reads them with no copy). A parameter replaced by
-a new tensor (a model loaded again, another parameter set) is a new storage: it is recorded
-again, as a *variant*, and the thrash guard (``recording_policy``) counts it.
+every step, for one device copy of it per replay. A parameter replaced by a new tensor (a
+model loaded again, another parameter set) is a new storage: it is recorded again, as a
+*variant*, and the thrash guard (``recording_policy``) counts it.
 """
 
 from __future__ import annotations
@@ -60,16 +57,11 @@ def input_identity(
 
 class MovingStorages:
     """The storages a tree's static inputs were seen in, at the address each had last, and
-    how often each was seen at a new address: memory that moves under its tensor (see the
-    module docstring). Fed on the slow path only (warmups and recordings), never on a
-    replay."""
-
-    # Moves after which a first recording at a place copies the memory instead of reading it
-    # where it lies (where a recording exists, one move under it is enough).
-    MOVES_BEFORE_A_FIRST_RECORDING = 2
+    whether one was seen at two addresses: memory that moves under its tensor (see the module
+    docstring). Fed on the slow path only (warmups and recordings), never on a replay."""
 
     def __init__(self) -> None:
-        # Storage (its C++ object's address) -> [weak reference, address last seen, moves].
+        # Storage (its C++ object's address) -> [weak reference, address last seen, moved].
         self._seen: dict[int, list[Any]] = {}
         self._pruned_at = 0
 
@@ -82,17 +74,17 @@ class MovingStorages:
                 continue
             entry = self._seen.get(storage._cdata)
             if entry is None or entry[0].expired():
-                self._seen[storage._cdata] = [StorageWeakRef(storage), address, 0]
+                self._seen[storage._cdata] = [StorageWeakRef(storage), address, False]
             elif entry[1] != address:
-                entry[1], entry[2] = address, entry[2] + 1
+                entry[1], entry[2] = address, True
         if len(self._seen) > 2 * self._pruned_at + 64:  # storages freed since: forget them
             self._seen = {k: v for k, v in self._seen.items() if not v[0].expired()}
             self._pruned_at = len(self._seen)
 
-    def moved(self, tensor: torch.Tensor, times: int = 1) -> bool:
-        """Whether ``tensor``'s storage was seen at a new address at least ``times`` times."""
+    def moved(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor``'s storage was seen at another address before."""
         entry = self._seen.get(tensor.untyped_storage()._cdata)
-        return entry is not None and entry[2] >= times and not entry[0].expired()
+        return entry is not None and entry[2] and not entry[0].expired()
 
 
 class InputBuffers:

@@ -357,9 +357,6 @@ class GraphTree:
             if not dead and any(node.recording.state.laid_out_as(args) for node in variants):
                 gc.collect()
                 dead = tuple(node for node in variants if node.recording.state_died())
-        # Memory that moved under a recording here is copied by the next; a first recording
-        # here reads memory that moved once where it lies (``inputs.MovingStorages``).
-        moves = 1 if variants else MovingStorages.MOVES_BEFORE_A_FIRST_RECORDING
         moved = self.moving_storages.moved
         return TreeView(
             position,
@@ -371,7 +368,7 @@ class GraphTree:
             can_capture=self.memory.can_capture_below(place),
             capture_refusal=backend.reason_not_to_capture(args),
             kept_state=self.kept_state,
-            moving=frozenset(i for i in read_only_static if moved(args[i], moves)),
+            moving=frozenset(i for i in read_only_static if moved(args[i])),
             evicted_here=bool(self.evicted[callable_id, key]),
             pending_backward=generation.pending_backward,
             records_below_itself=(

@@ -340,15 +340,15 @@ def _fsdp_worker(
         counts.append((stats["records"], stats["replays"]))
     assert (stats["fallbacks"], stats["skip_reasons"]) == (0, {}), stats
     # Each layer's forward and backward (6 graphs) records and then replays at every step.
-    # The first recordings read the gathered parameters where they lie (a first move may be
-    # the allocator settling); memory that moves under them costs one more record, which
-    # copies it, and with owned outputs (the emulator) the whole tree may record once more,
-    # without lending. Either way the last steps replay all 6 graphs and record nothing.
+    # When memory is copied from depends on the allocator: memory seen at one address at the
+    # warmup and the record, and at another later, costs one more record, and with owned
+    # outputs (the emulator) the whole tree records once more, without lending. Either way
+    # the last steps replay all 6 graphs and record nothing.
     steps = [
         (after[0] - before[0], after[1] - before[1]) for before, after in zip(counts, counts[1:])
     ]
     assert steps[-2:] == [(0, 6), (0, 6)], counts
-    assert stats["replays"] >= 6 * (FSDP_STEPS - 5), counts
+    assert stats["replays"] >= 6 * (FSDP_STEPS - 4), counts
 
 
 def _fsdp_keeping_gathered_parameters_worker(rank: int, device: str) -> None:

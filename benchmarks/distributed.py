@@ -168,12 +168,12 @@ def fsdp_train(variant: Variant, device: torch.device, steps: int, bf16: bool = 
     graphed variants see static inputs that move."""
     from torch.distributed.fsdp import fully_shard
 
-    model = workloads.mlp(device)
+    model, shard = workloads.mlp(device), _mixed_precision(bf16)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, **_mixed_precision(bf16))
+            fully_shard(layer, **shard)
             layer.forward = variant.compile(layer.forward)
-    fully_shard(model, **_mixed_precision(bf16))
+    fully_shard(model, **shard)
     return train(model, model, device, steps)
 
 
@@ -207,11 +207,11 @@ def fsdp_mlp(variant: Variant, device: torch.device, steps: int, bf16: bool = Fa
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
-    model = ResidualMLP().to(device)
+    model, shard = ResidualMLP().to(device), _mixed_precision(bf16)
     for i, block in enumerate(model.blocks):
         model.blocks[i] = variant.compile(block)
-        fully_shard(model.blocks[i], **_mixed_precision(bf16))
-    fully_shard(model, **_mixed_precision(bf16))
+        fully_shard(model.blocks[i], **shard)
+    fully_shard(model, **shard)
     return train(
         model, model, device, steps, lambda g: torch.randn(64, 64, device=device, generator=g)
     )
@@ -454,7 +454,7 @@ def report_profiles(profiles: dict[str, dict | None]) -> None:
     variants = list(profiles)
     for side in ("host", "device"):
         rows = list(dict.fromkeys(row for p in profiles.values() for row in p[side]))
-        print(f"\n{side} ms per step | " + " | ".join(variants) + " |")
+        print(f"\n| {side} ms per step | " + " | ".join(variants) + " |")
         print("|---" * (len(variants) + 1) + "|")
         total = "step ms" if side == "host" else "device busy ms"
         print(

@@ -318,11 +318,12 @@ def _fsdp_worker(
         for layer in net:
             fully_shard(layer, reshard_after_forward=reshard_after_forward, mp_policy=policy)
         fully_shard(net, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-    for layer in model if not compiled_first else ():
-        forward = layer.forward
-        if checkpointed:
-            forward = functools.partial(checkpoint, forward, use_reentrant=False)
-        layer.forward = torch.compile(forward, mode="reduce-overhead")
+    if not compiled_first:
+        for layer in model:
+            forward = layer.forward
+            if checkpointed:
+                forward = functools.partial(checkpoint, forward, use_reentrant=False)
+            layer.forward = torch.compile(forward, mode="reduce-overhead")
     batches = torch.Generator(device=device).manual_seed(10 + rank)
     counts = []  # (records, replays) after each step
     for _ in range(FSDP_STEPS):

@@ -32,7 +32,8 @@ The actions (``Action``):
 The rules, in the order ``decide`` applies them: someone capturing, a device that stopped
 recording, a generation off the tree, warmups still held (``_while_warmups_are_held``), a
 place where the callable's inputs kept moving; a recording here for these addresses
-(``_replay_a_match``); recordings here for other addresses (``_new_addresses``); sizes the
+(``_replay_a_match``); recordings here for other addresses, or copying inputs whose memory
+settled (``_new_addresses``); sizes the
 policy refuses; a warmup; a first record. Every record passes ``_record_or_not``, which keeps
 its preamble and says what stops it.
 """
@@ -76,14 +77,15 @@ class RecordKind(enum.Enum):
     LIVENESS = "liveness"  # recorded here, but every recording reuses memory still referenced
     STATE_DIED = "state died"  # the recordings here read state that is gone
     MOVING_MEMORY = "moving memory"  # static inputs whose memory moves: copied from now on
+    SETTLED_MEMORY = "settled memory"  # the copied moving inputs settled: read where they lie
     VARIANT = "variant"  # static inputs at addresses no recording here has
 
     @property
     def counts_itself(self) -> bool:
         """Whether the thrash guard counts this record by its own rule (a variant), or never
-        (memory that moves: once per place); either way a recording it brings back from an
-        evicted variant is not counted again."""
-        return self in (RecordKind.MOVING_MEMORY, RecordKind.VARIANT)
+        (memory that moves or settles: once per place); either way a recording it brings back
+        from an evicted variant is not counted again."""
+        return self in (RecordKind.MOVING_MEMORY, RecordKind.SETTLED_MEMORY, RecordKind.VARIANT)
 
 
 class Leave(enum.Enum):
@@ -129,6 +131,8 @@ class TreeView:
     capture_refusal: str | None = None  # why the backend cannot capture these inputs
     kept_state: Container[torch.Tensor] = ()  # tensors kept as state (Note [Outputs kept as state])
     moving: frozenset[int] = frozenset()  # read-only static inputs whose memory moves
+    # Recordings here that copy moving inputs which settled where the call has them.
+    settled: tuple[GraphNode, ...] = ()
     evicted_here: bool = False  # a recording of this callable and sizes went with an eviction
     pending_backward: bool = False  # a backward of this generation may still run
     records_below_itself: int = 0  # times this callable is on the path (pending backward)
@@ -330,6 +334,8 @@ def _new_addresses(
         if unsafe:
             words = facts.input_names.describe(unsafe, shown=2)
             return _skip(messages.unsafe_mutation(words))
+    if view.settled:
+        return _read_settled_in_place(view, facts, call, answers)
     if dead and all(node.replays for node in dead):
         before = Preamble(drops=dead, counts_replacement=True)
         record = Decision(Action.RECORD, before, kind=RecordKind.STATE_DIED)
@@ -375,6 +381,24 @@ def _new_addresses(
     )
     copied_from_now = reached if answers.managed_action == "copy" else ()
     return _record_or_not(view, facts, call, answers, record, copied_from_now)
+
+
+def _read_settled_in_place(
+    view: TreeView, facts: CallableFacts, call: Call, answers: PolicyAnswers
+) -> Decision:
+    """The inputs whose memory moved, which recordings here copy, stayed where the call has
+    them over their last replays (``inputs.SettlingWatch``): one recording that reads them
+    there replaces those. Not on the guard's clock: once per place, as a storage that moves
+    off where it settled is copied for good (``inputs.MovingStorages``)."""
+    settled = view.settled
+    before = Preamble(drops=settled, counts_replacing_record=True)
+    inputs = sorted({i for node in settled for i in node.recording.moving_inputs})
+    words = facts.input_names.describe(inputs, shown=2)
+    record = Decision(
+        Action.RECORD, before, kind=RecordKind.SETTLED_MEMORY,
+        rerecord_reason=messages.settled_inputs_read_in_place(words),
+    )  # fmt: skip
+    return _record_or_not(view, facts, call, answers, record)
 
 
 def _fallback_for_new_addresses(

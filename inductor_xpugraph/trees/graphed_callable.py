@@ -20,7 +20,8 @@ once at load; the returned ``GraphedCallable`` replaces the callable. Each call:
    per place, the least recently used dropped first. A parameter whose memory moves under it
    (the same storage at a new address: FSDP2 gathers each layer's parameters again at every
    step) is copied instead, like any other input, by one recording that replaces the ones it
-   covers (``inputs.MovingStorages``).
+   covers (``inputs.MovingStorages``); once that memory settles, by one more that reads it
+   where it lies again, replacing the copying one.
 
 Off the fast path, one place decides what the call does: ``decide`` returns a plain value
 (``decision.Decision``: replay, record, warm up, run eagerly, run plain, fall back, with what
@@ -433,6 +434,9 @@ class GraphedCallable:
             capture_args[i] = buffer
             if tree.backend.capture_executes:  # the capture was this call's run: no copy in
                 first_replay_args[i] = buffer
+        moving = [i for i in copied if i in self.static_inputs]  # copied: memory moves
+        # Replays watch those settle, unless one is restless (``inputs.MovingStorages``).
+        may_settle = all(tree.moving_storages.may_settle(args[i]) for i in moving)
         args.clear()
         input_buffers = InputBuffers(copied, copy_values=tree.backend.capture_executes)
         tree.initial_pool_bytes = self.policy.settings.initial_pool_bytes
@@ -442,7 +446,6 @@ class GraphedCallable:
             for i, caller in callers_written.items():  # the un-graphed run writes the caller's
                 capture_args[i] = caller
             return self._capture_failed(tree, error, capture_args)
-        moving = [i for i in copied if i in self.static_inputs]  # copied: memory moves
         stats.counters["records"] += 1
         if rerecord_reason is not None:
             stats.counters["rerecords"] += 1
@@ -464,6 +467,7 @@ class GraphedCallable:
             written_back=list(written_buffers.items()),
             moving_inputs=moving,
             moving_buffers=input_buffers.still_referenced(moving),
+            watch_settling=tree.moving_storages if may_settle else None,
         )
         del captured_outputs, capture_args, state_inputs
         node = tree.add_node(self.identity, key, recording)

@@ -15,6 +15,17 @@ such an input would be recorded again at nearly every step; copied, one recordin
 every step, for one device copy of it per replay. A parameter replaced by a new tensor (a
 model loaded again, another parameter set) is a new storage: it is recorded again, as a
 *variant*, and the thrash guard (``recording_policy``) counts it.
+
+Memory that moved once often settles: the caching allocator hands FSDP2 the same blocks at
+every step once the optimizer's state exists (created by the first step, after the warmup,
+which is why the gathers lie elsewhere at the record). A recording that copies such inputs
+watches them (``SettlingWatch``): once they lay at the same addresses for ``SETTLE_REPLAYS``
+replays in a row, their storages are noted as *settled* there, and the recording stops
+matching, so that the next call records one that reads them where they lie, copying
+nothing. A graph may read one storage at several addresses (FSDP2 gathers again for the
+backward, perhaps elsewhere): each is noted. A storage seen off every address where it
+settled is *restless*: copied from then on, never watched again, so that memory that
+settles and moves in turn records at most twice more.
 """
 
 from __future__ import annotations
@@ -55,14 +66,35 @@ def input_identity(
     )
 
 
+# Replays in a row at the same addresses after which copied inputs whose memory moved count as
+# settled there (the record's own replay included): enough to see FSDP2's allocator settle,
+# few enough that a training loop copies for a handful of steps.
+SETTLE_REPLAYS = 3
+
+
+class _Seen:
+    """What ``MovingStorages`` knows of one storage."""
+
+    __slots__ = ("ref", "address", "moved", "settled_at", "restless")
+
+    def __init__(self, storage: torch.UntypedStorage, address: int) -> None:
+        self.ref = StorageWeakRef(storage)
+        self.address = address  # where it lay last
+        self.moved = False  # seen at two addresses
+        self.settled_at: frozenset[int] = frozenset()  # where replays saw it stay
+        self.restless = False  # seen off every address where it settled
+
+
 class MovingStorages:
     """The storages a tree's static inputs were seen in, at the address each had last, and
-    whether one was seen at two addresses: memory that moves under its tensor (see the module
-    docstring). Fed on the slow path only (warmups and recordings), never on a replay."""
+    whether one was seen at two addresses: memory that moves under its tensor; and where
+    such memory settled, or whether it is restless (see the module docstring). Fed on the
+    slow path (warmups and recordings), and by the ``SettlingWatch`` of a recording that
+    copies moving memory; never by any other replay."""
 
     def __init__(self) -> None:
-        # Storage (its C++ object's address) -> [weak reference, address last seen, moved].
-        self._seen: dict[int, list[Any]] = {}
+        # Storage (its C++ object's address) -> what is known of it.
+        self._seen: dict[int, _Seen] = {}
         self._pruned_at = 0
 
     def note(self, args: Sequence[Any], positions: Sequence[int]) -> None:
@@ -72,19 +104,75 @@ class MovingStorages:
             address = storage.data_ptr()
             if not address:  # no memory now (freed by resize_(0), or empty)
                 continue
-            entry = self._seen.get(storage._cdata)
-            if entry is None or entry[0].expired():
-                self._seen[storage._cdata] = [StorageWeakRef(storage), address, False]
-            elif entry[1] != address:
-                entry[1], entry[2] = address, True
+            seen = self._seen.get(storage._cdata)
+            if seen is None or seen.ref.expired():
+                self._seen[storage._cdata] = _Seen(storage, address)
+                continue
+            if seen.address != address:
+                seen.address, seen.moved = address, True
+            if seen.settled_at and address not in seen.settled_at:
+                seen.settled_at, seen.restless = frozenset(), True
         if len(self._seen) > 2 * self._pruned_at + 64:  # storages freed since: forget them
-            self._seen = {k: v for k, v in self._seen.items() if not v[0].expired()}
+            self._seen = {k: v for k, v in self._seen.items() if not v.ref.expired()}
             self._pruned_at = len(self._seen)
 
+    def _entry(self, tensor: torch.Tensor) -> _Seen | None:
+        seen = self._seen.get(tensor.untyped_storage()._cdata)
+        return None if seen is None or seen.ref.expired() else seen
+
     def moved(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor``'s storage was seen at another address before."""
-        entry = self._seen.get(tensor.untyped_storage()._cdata)
-        return entry is not None and entry[2] and not entry[0].expired()
+        """Whether ``tensor``'s storage was seen at another address before, and does not lie
+        where it settled."""
+        seen = self._entry(tensor)
+        return (
+            seen is not None
+            and seen.moved
+            and tensor.untyped_storage().data_ptr() not in seen.settled_at
+        )
+
+    def may_settle(self, tensor: torch.Tensor) -> bool:
+        """Whether a recording that copies ``tensor`` should watch it settle: it is not
+        restless."""
+        seen = self._entry(tensor)
+        return seen is None or not seen.restless
+
+    def settle(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Note that ``tensors`` stayed where they lie for ``SETTLE_REPLAYS`` replays."""
+        for tensor in tensors:
+            seen = self._entry(tensor)
+            if seen is not None and not seen.restless:
+                address = tensor.untyped_storage().data_ptr()
+                seen.address, seen.settled_at = address, seen.settled_at | {address}
+
+
+class SettlingWatch:
+    """Called at each replay of a recording that copies inputs whose memory moves, before the
+    copy: counts the replays in a row whose ``indices`` lay at the same addresses, and at
+    ``SETTLE_REPLAYS`` notes them settled there (``MovingStorages.settle``) and calls
+    ``on_settled`` once; it does nothing after that."""
+
+    __slots__ = ("_indices", "_storages", "_on_settled", "_addresses", "_replays")
+
+    def __init__(
+        self, indices: Sequence[int], storages: MovingStorages, on_settled: Callable[[], None]
+    ) -> None:
+        self._indices = tuple(indices)
+        self._storages = storages
+        self._on_settled: Callable[[], None] | None = on_settled
+        self._addresses: tuple[int, ...] = ()
+        self._replays = 0
+
+    def __call__(self, args: Sequence[Any]) -> None:
+        if self._on_settled is None:
+            return
+        addresses = tuple([args[i].data_ptr() for i in self._indices])
+        if addresses != self._addresses:
+            self._addresses, self._replays = addresses, 0
+        self._replays += 1
+        if self._replays == SETTLE_REPLAYS:
+            self._storages.settle([args[i] for i in self._indices])
+            on_settled, self._on_settled = self._on_settled, None
+            on_settled()
 
 
 class InputBuffers:

@@ -31,6 +31,14 @@ def moving_inputs_copied(inputs: str) -> str:
     )
 
 
+def settled_inputs_read_in_place(inputs: str) -> str:
+    """``inputs``, copied because their memory moved, stayed put over the last replays."""
+    return (
+        f"{inputs}, copied since their memory moved, stayed at one address for the last "
+        "replays: read where they lie from now on, copying nothing"
+    )
+
+
 def managed_inputs_copied(inputs: str, limit: int) -> str:
     """``inputs``, outputs of earlier graphs, moved ``limit`` times at this place."""
     return (

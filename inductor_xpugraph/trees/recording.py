@@ -42,7 +42,9 @@ what kind of recording it is: ``launch`` is a ``Launch``, or a ``LaunchWritingBa
 graph that writes inputs which are new tensors at every call; ``hand_out`` hands out the
 kept objects, or new ones for gradients; and a recording with outputs over parameters whose
 memory moves (FSDP2's) wraps both in ``OverCallersTensors``. Each is one bound method, called
-directly by the fast path: no step adds a call level.
+directly by the fast path: no step adds a call level. A recording that copies such parameters
+also has its copy watched (``inputs.SettlingWatch``); once their memory settles, it matches no
+call (``static_inputs_match`` is replaced), and the tree records one that reads them in place.
 """
 
 from __future__ import annotations
@@ -55,7 +57,14 @@ from typing import Any
 import torch
 
 from .backends import Graph
-from .inputs import StaticInput, input_copier, input_identity, writable_view
+from .inputs import (
+    MovingStorages,
+    SettlingWatch,
+    StaticInput,
+    input_copier,
+    input_identity,
+    writable_view,
+)
 from .invalidation import StorageInvalidator, copy_out_of_pool
 from .recorded_state import RecordedState
 from .storages import tensor_over, unowned
@@ -141,6 +150,7 @@ class Recording:
         written_back: Sequence[tuple[int, torch.Tensor]] = (),
         moving_inputs: Sequence[int] = (),
         moving_buffers: Mapping[int, int] | None = None,
+        watch_settling: MovingStorages | None = None,
     ) -> None:
         """``static_inputs``: every tensor input that is not copied, as it was at capture:
         parameters and buffers, and outputs of earlier graphs on the tree path, whose blocks
@@ -163,6 +173,8 @@ class Recording:
         parameters are not kept in the pool until the backward. ``moving_buffers``: which
         outputs those are: the storage objects (``_cdata``) of their buffers that the capture's
         outputs still reference -> input index (``InputBuffers.still_referenced``).
+        ``watch_settling``: where replays note that ``moving_inputs`` settled
+        (``inputs.SettlingWatch``); None: they are not watched.
         ``consumed_inputs``: storage addresses of inputs that the capture freed after their
         last use; what lies there now is the capture's own allocation.
         ``reuse_output_objects``: whether replays hand out the objects of the replay before
@@ -182,12 +194,16 @@ class Recording:
         self._copy_targets = [writable_view(buffer) for buffer in self.input_buffers]
         self._expanded = [t is not b for t, b in zip(self._copy_targets, self.input_buffers)]
         copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
+        self.moving_inputs = tuple(moving_inputs)
+        self.copies_settled = False  # the moving inputs settled: matches no call
+        if watch_settling is not None and self.moving_inputs:
+            watch = SettlingWatch(self.moving_inputs, watch_settling, self._stop_matching)
+            copy_inputs = _watched(watch, copy_inputs)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
         )
         input_storages = {s.storage_address for s in static_inputs} - consumed_inputs
-        self.moving_inputs = tuple(moving_inputs)
         dtypes = dict(zip(self.copied_inputs, (buffer.dtype for buffer in self.input_buffers)))
         moving_buffers = {storage: (i, dtypes[i]) for storage, i in (moving_buffers or {}).items()}
         self._layouts, self._constants, self.blocks, callers_aliases = _output_layouts(
@@ -332,6 +348,13 @@ class Recording:
             if args[index] is not obj:
                 return False
         return True
+
+    def _stop_matching(self) -> None:
+        """The moving inputs this recording copies settled (``SettlingWatch``): from now on it
+        matches no call, so the next call records one that reads them where they lie. The
+        fast path calls ``static_inputs_match`` as it is: no flag is tested on a replay."""
+        self.copies_settled = True
+        self.static_inputs_match = _matches_no_call  # type: ignore[method-assign]
 
     def matches_at(self, args: Sequence[Any], positions: Sequence[int]) -> bool:
         """Whether this recording takes each of ``positions`` where it lies, at the address it
@@ -501,6 +524,20 @@ class OverCallersTensors:
             )
         self._callers = []
         return tuple(outputs) if self._output_is_tuple else outputs
+
+
+def _watched(watch: SettlingWatch, copy_inputs: Callable[[list[Any]], Any]) -> Callable:
+    """``copy_inputs``, after ``watch`` saw where the moving inputs lie."""
+
+    def watch_then_copy(args: list[Any]) -> None:
+        watch(args)
+        copy_inputs(args)
+
+    return watch_then_copy
+
+
+def _matches_no_call(args: Sequence[Any]) -> bool:
+    return False
 
 
 def _output_layouts(

@@ -358,6 +358,12 @@ class GraphTree:
                 gc.collect()
                 dead = tuple(node for node in variants if node.recording.state_died())
         moved = self.moving_storages.moved
+        settled = tuple(
+            node
+            for node in variants
+            if node.recording.copies_settled
+            and not any(moved(args[i]) for i in node.recording.moving_inputs)
+        )
         return TreeView(
             position,
             self.device,
@@ -369,6 +375,7 @@ class GraphTree:
             capture_refusal=backend.reason_not_to_capture(args),
             kept_state=self.kept_state,
             moving=frozenset(i for i in read_only_static if moved(args[i])),
+            settled=settled,
             evicted_here=bool(self.evicted[callable_id, key]),
             pending_backward=generation.pending_backward,
             records_below_itself=(

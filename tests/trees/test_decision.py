@@ -273,6 +273,17 @@ def test_a_weight_whose_memory_moves_is_copied_by_one_recording_replacing_the_ot
     assert not decision.before.counts_rerecord and not decision.before.counts_returned
 
 
+def test_a_recording_copying_a_weight_that_settled_is_replaced_by_one_reading_it_there(args):
+    copying = SimpleNamespace(recording=Recorded({}), replays=3)  # copies input 1
+    copying.recording.moving_inputs = (1,)
+    view = on_path(variants=(copying,), settled=(copying,))  # input 1 no longer moving
+    decision = decide(view, FACTS, call(*args), ANSWERS)
+    assert (decision.action, decision.kind) == (Action.RECORD, RecordKind.SETTLED_MEMORY)
+    assert decision.static == (1,) and decision.before.drops == (copying,)
+    assert decision.before.counts_replacing_record and not decision.before.counts_rerecord
+    assert "w, read by the weight" in decision.rerecord_reason
+
+
 def test_an_output_of_another_graph_that_keeps_moving_is_skipped_here_at_the_limit(args):
     produced = dataclasses.replace(FACTS, static_inputs=frozenset())
     view = on_path(variants=(node([args[0], args[1].clone()]),))

@@ -413,6 +413,39 @@ def test_memory_that_starts_moving_after_the_recording_costs_one_more_record(dev
     assert len([node for tree in all_trees() for node in tree.nodes()]) == 1
 
 
+def test_memory_that_moved_once_and_settled_is_read_where_it_lies_again(device):
+    (model, compiled, x), held = compiled_linear(device), []
+    with torch.no_grad():
+        compiled(x)  # the warmup
+        gather_again(model.weight, held)  # as FSDP2's gathers move once the optimizer has state
+        for _ in range(8):
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    # Copied from the record; put for its own replay and two more: recorded again in place,
+    # and the last four calls replay that recording.
+    assert (stats["records"], stats["rerecords"], stats["replays"]) == (2, 1, 2 + 4)
+    (recording,) = [node.recording for tree in all_trees() for node in tree.nodes()]
+    assert recording.moving_input_bytes() == 0 and recording.moving_inputs == ()
+
+
+def test_memory_that_moves_again_after_it_settled_is_copied_for_good(device):
+    (model, compiled, x), held = compiled_linear(device), []
+    with torch.no_grad():
+        compiled(x)
+        gather_again(model.weight, held)
+        for _ in range(4):  # recorded copying, then in place
+            compiled(x)
+        for _ in range(6):
+            gather_again(model.weight, held)
+            torch.testing.assert_close(compiled(x), model(x))
+        for _ in range(5):  # still again: copied all the same, never recorded again
+            torch.testing.assert_close(compiled(x), model(x))
+    stats = inductor_xpugraph.stats()
+    assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (3, 2, 0)
+    (recording,) = [node.recording for tree in all_trees() for node in tree.nodes()]
+    assert recording.moving_input_bytes() == model.weight.nbytes
+
+
 def test_memory_that_starts_moving_below_a_graph_that_lent_memory_is_recorded_and_replays(device):
     """The second graph's recording reused memory of the first's dead output. When its weight
     first moves after that, its new recording goes below the first graph beside the old one:

@@ -237,6 +237,9 @@ class Decision:
     candidates: tuple[GraphNode, ...] = ()
     otherwise: Decision | None = None
     adopts_state: bool = False
+    # REPLAY: the candidates copy inputs that settled, but no capture can replace them here:
+    # they match calls again and copy for good.
+    keeps_copying: bool = False
     # RECORD: why, the inputs taken where they lie, and a re-record's words (said and
     # counted once the capture is made).
     kind: RecordKind | None = None
@@ -386,11 +389,16 @@ def _new_addresses(
 def _read_settled_in_place(
     view: TreeView, facts: CallableFacts, call: Call, answers: PolicyAnswers
 ) -> Decision:
-    """The inputs whose memory moved, which recordings here copy, stayed where the call has
-    them over their last replays (``inputs.SettlingWatch``): one recording that reads them
+    """The inputs whose memory moved before the record, which recordings here copy, stayed
+    where the call has them since (``inputs.SettlingWatch``): one recording that reads them
     there replaces those. Not on the guard's clock: once per place, as a storage that moves
-    off where it settled is copied for good (``inputs.MovingStorages``)."""
+    off where it settled is copied for good (``inputs.MovingStorages``). Where no capture can
+    go here (it would record the tree again, without lending memory), they copy for good."""
     settled = view.settled
+    if not view.can_capture:  # a capture here would record the tree again: copy for good
+        return Decision(
+            Action.REPLAY, candidates=settled, otherwise=LEAVE_FOR_LIVE_MEMORY, keeps_copying=True
+        )
     before = Preamble(drops=settled, counts_replacing_record=True)
     inputs = sorted({i for node in settled for i in node.recording.moving_inputs})
     words = facts.input_names.describe(inputs, shown=2)

@@ -19,13 +19,14 @@ model loaded again, another parameter set) is a new storage: it is recorded agai
 Memory that moved once often settles: the caching allocator hands FSDP2 the same blocks at
 every step once the optimizer's state exists (created by the first step, after the warmup,
 which is why the gathers lie elsewhere at the record). A recording that copies such inputs
-watches them (``SettlingWatch``): once they lay at the same addresses for ``SETTLE_REPLAYS``
-replays in a row, their storages are noted as *settled* there, and the recording stops
-matching, so that the next call records one that reads them where they lie, copying
-nothing. A graph may read one storage at several addresses (FSDP2 gathers again for the
-backward, perhaps elsewhere): each is noted. A storage seen off every address where it
-settled is *restless*: copied from then on, never watched again, so that memory that
-settles and moves in turn records at most twice more.
+watches them (``SettlingWatch``): when they lie at the record's addresses for its first
+``SETTLE_REPLAYS`` replays, their storages are noted as *settled* there, and the recording
+stops matching, so that the next call records one that reads them where they lie, copying
+nothing (where a capture can replace it: ``decision``). Memory seen moving after the record
+keeps moving, and is copied for good. A graph may read one storage at several addresses
+(FSDP2 gathers again for the backward, perhaps elsewhere): each is noted. A storage seen off
+every address where it settled is *restless*: copied from then on, never watched again, so
+memory that settles and then moves costs two more records of a graph, no more.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def input_identity(
     )
 
 
-# Replays in a row at the same addresses after which copied inputs whose memory moved count as
-# settled there (the record's own replay included): enough to see FSDP2's allocator settle,
-# few enough that a training loop copies for a handful of steps.
+# Replays at the record's addresses after which copied inputs whose memory moved before the
+# record count as settled there (the record's own replay included): enough to see FSDP2's
+# allocator settle, few enough that a training loop copies for two more steps.
 SETTLE_REPLAYS = 3
 
 
@@ -147,9 +148,10 @@ class MovingStorages:
 
 class SettlingWatch:
     """Called at each replay of a recording that copies inputs whose memory moves, before the
-    copy: counts the replays in a row whose ``indices`` lay at the same addresses, and at
-    ``SETTLE_REPLAYS`` notes them settled there (``MovingStorages.settle``) and calls
-    ``on_settled`` once; it does nothing after that."""
+    copy, from the record's own replay on: when ``indices`` lay at the same addresses for the
+    first ``SETTLE_REPLAYS`` replays, it notes them settled there (``MovingStorages.settle``)
+    and calls ``on_settled``. Memory seen moving after the record keeps moving: the watch
+    stops at the first move, and at the settling, and costs nothing after that."""
 
     __slots__ = ("_indices", "_storages", "_on_settled", "_addresses", "_replays")
 
@@ -159,15 +161,18 @@ class SettlingWatch:
         self._indices = tuple(indices)
         self._storages = storages
         self._on_settled: Callable[[], None] | None = on_settled
-        self._addresses: tuple[int, ...] = ()
+        self._addresses: tuple[int, ...] | None = None  # at the record's replay
         self._replays = 0
 
     def __call__(self, args: Sequence[Any]) -> None:
         if self._on_settled is None:
             return
         addresses = tuple([args[i].data_ptr() for i in self._indices])
-        if addresses != self._addresses:
-            self._addresses, self._replays = addresses, 0
+        if self._addresses is None:
+            self._addresses = addresses
+        elif addresses != self._addresses:
+            self._on_settled = None  # moved after the record: copied for good
+            return
         self._replays += 1
         if self._replays == SETTLE_REPLAYS:
             self._storages.settle([args[i] for i in self._indices])

@@ -356,6 +356,12 @@ class Recording:
         self.copies_settled = True
         self.static_inputs_match = _matches_no_call  # type: ignore[method-assign]
 
+    def keep_copying(self) -> None:
+        """Match calls again, copying the inputs that settled, for good (no capture could
+        replace this recording where it is)."""
+        self.copies_settled = False
+        del self.static_inputs_match  # the method again
+
     def matches_at(self, args: Sequence[Any], positions: Sequence[int]) -> bool:
         """Whether this recording takes each of ``positions`` where it lies, at the address it
         has in ``args``, and ``args``' object inputs are its own: a recording of ``args`` that

@@ -7,6 +7,7 @@ that what a launch copies, and what a hand-out returns, is seen without a device
 import pytest
 import torch
 
+from inductor_xpugraph.trees.inputs import SETTLE_REPLAYS, MovingStorages
 from inductor_xpugraph.trees.recording import (
     Launch,
     LaunchWritingBack,
@@ -101,6 +102,22 @@ def test_outputs_over_a_moving_input_are_handed_out_over_the_callers_tensor():
     assert outputs[1].untyped_storage().data_ptr() == parameter.untyped_storage().data_ptr()
     assert outputs[1].tolist() == [2.0, 3.0, 4.0]
     assert over_callers._callers == []  # the caller's tensors are not kept past the call
+
+
+def test_a_recording_whose_copied_weight_settled_matches_no_call_until_told_to_keep_copying():
+    weight = torch.arange(4.0)
+    recording = recording_of(
+        ScriptedGraph(), (torch.empty(4),), copied_inputs=[0], input_buffers=[torch.zeros(4)],
+        moving_inputs=[0], watch_settling=MovingStorages(),
+    )  # fmt: skip
+    for _ in range(SETTLE_REPLAYS):
+        assert recording.static_inputs_match([weight])
+        recording.replay([weight])
+    assert recording.copies_settled and not recording.static_inputs_match([weight])
+    recording.keep_copying()
+    assert not recording.copies_settled and recording.static_inputs_match([weight])
+    recording.replay([weight])
+    assert recording.moving_input_bytes() == weight.nbytes
 
 
 def test_a_released_recording_refuses_to_replay():

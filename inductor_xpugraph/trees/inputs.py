@@ -113,9 +113,13 @@ class MovingStorages:
                 seen.address, seen.moved = address, True
             if seen.settled_at and address not in seen.settled_at:
                 seen.settled_at, seen.restless = frozenset(), True
-        if len(self._seen) > 2 * self._pruned_at + 64:  # storages freed since: forget them
-            self._seen = {k: v for k, v in self._seen.items() if not v.ref.expired()}
-            self._pruned_at = len(self._seen)
+        if len(self._seen) > 2 * self._pruned_at + 64:
+            self.forget_freed()
+
+    def forget_freed(self) -> None:
+        """Forget the storages freed since they were seen."""
+        self._seen = {k: v for k, v in self._seen.items() if not v.ref.expired()}
+        self._pruned_at = len(self._seen)
 
     def _entry(self, tensor: torch.Tensor) -> _Seen | None:
         seen = self._seen.get(tensor.untyped_storage()._cdata)

@@ -583,7 +583,8 @@ class GraphTree:
         self.forgotten_callables.append(callable_id)
 
     def drop_forgotten(self) -> None:
-        """Drop the nodes of callables that no longer exist.
+        """Drop the nodes of callables that no longer exist, and forget the storages freed
+        with them (``moving_storages``).
 
         Nodes on the current path stay until a later generation: outputs they handed out in
         this one may still be in use.
@@ -600,6 +601,7 @@ class GraphTree:
                 self.forgotten_callables.append(node.callable_id)
             else:
                 self.drop_node(node)
+        self.moving_storages.forget_freed()  # their parameters' storages, freed with them
 
     def reset(self) -> None:
         with self.lock:

@@ -33,9 +33,8 @@ The rules, in the order ``decide`` applies them: someone capturing, a device tha
 recording, a generation off the tree, warmups still held (``_while_warmups_are_held``), a
 place where the callable's inputs kept moving; a recording here for these addresses
 (``_replay_a_match``); recordings here for other addresses, or copying inputs whose memory
-settled (``_new_addresses``); sizes the
-policy refuses; a warmup; a first record. Every record passes ``_record_or_not``, which keeps
-its preamble and says what stops it.
+has settled (``_new_addresses``); sizes the policy refuses; a warmup; a first record. Every
+record passes ``_record_or_not``, which keeps its preamble and says what stops it.
 """
 
 from __future__ import annotations
@@ -131,7 +130,8 @@ class TreeView:
     capture_refusal: str | None = None  # why the backend cannot capture these inputs
     kept_state: Container[torch.Tensor] = ()  # tensors kept as state (Note [Outputs kept as state])
     moving: frozenset[int] = frozenset()  # read-only static inputs whose memory moves
-    # Recordings here that copy moving inputs which settled where the call has them.
+    # Recordings here for the call's static inputs that copy moving inputs which settled
+    # where the call has them.
     settled: tuple[GraphNode, ...] = ()
     evicted_here: bool = False  # a recording of this callable and sizes went with an eviction
     pending_backward: bool = False  # a backward of this generation may still run

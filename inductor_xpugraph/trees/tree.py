@@ -363,6 +363,7 @@ class GraphTree:
             for node in variants
             if node.recording.copies_settled
             and not any(moved(args[i]) for i in node.recording.moving_inputs)
+            and node.recording.changed_inputs(args) == ([], [])
         )
         return TreeView(
             position,

@@ -8,6 +8,12 @@ launches). Rank 0 reports step times, the first call, peak allocated memory abov
 workload's start, the result or the losses against eager's, and the graph counts. On the CPU
 (gloo) a run only checks that everything works. One variant by hand:
 ``PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --child ours``.
+
+``--paired VARIANT``: the host's speed moves between processes by more than eager, upstream
+and ours differ on FSDP2's host-bound steps (up to 50% on one H200). Paired, each launch builds
+every training workload twice from one seed, eager and VARIANT; each warms up alone, then
+their steps alternate in the one process: each side's median step, eager's over VARIANT's, and
+that ratio's range over blocks of 10 steps.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import functools
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 
@@ -113,34 +120,45 @@ def tp_decode(variant: Variant, device: torch.device, steps: int) -> dict:
 PROFILE_STEPS = 0
 
 
-def train(step_model, model, device: torch.device, steps: int, batch=None, loss_of=None) -> dict:
-    """``steps`` AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), each
-    step's loss read on the host; the median step after the first three. ``batch(generator)``
-    makes a step's input (default: 64 × 1024 floats per rank), ``loss_of(output, input)`` its
-    loss (default: the mean square). With ``PROFILE_STEPS``, that many more steps run under
-    the profiler, and ``step_profile`` says where their time went."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
-    batch = batch or (lambda g: torch.randn(64, 1024, device=device, generator=g))
-    loss_of = loss_of or (lambda out, x: out.square().mean())
-    losses, times = [], []
+class Trainer:
+    """AdamW steps of ``step_model`` (``model`` wrapped for data parallelism), each step's loss
+    read on the host. ``batch(generator)`` makes a step's input (default: 64 × 1024 floats per
+    rank), ``loss_of(output, input)`` its loss (default: the mean square)."""
 
-    def one_step() -> None:
-        x = batch(data)
+    def __init__(self, step_model, model, device: torch.device, batch=None, loss_of=None) -> None:
+        self.step_model, self.model = step_model, model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
+        self.batch = batch or (lambda g: torch.randn(64, 1024, device=device, generator=g))
+        self.loss_of = loss_of or (lambda out, x: out.square().mean())
+        self.losses: list[float] = []
+        self.times: list[float] = []  # seconds per step, from the batch made to the loss read
+
+    def step(self) -> None:
+        x = self.batch(self.data)
         start = time.perf_counter()
-        loss = loss_of(step_model(x), x)
+        loss = self.loss_of(self.step_model(x), x)
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        times.append(time.perf_counter() - start)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.losses.append(loss.item())
+        self.times.append(time.perf_counter() - start)
 
+
+def train(step_model, model, device: torch.device, steps, batch=None, loss_of=None):
+    """``steps`` steps of a ``Trainer``; the median step after the first three. With
+    ``PROFILE_STEPS``, that many more steps run under the profiler, and ``step_profile`` says
+    where their time went. ``steps`` None: the ``Trainer`` itself, unstepped (``--paired``)."""
+    trainer = Trainer(step_model, model, device, batch, loss_of)
+    if steps is None:
+        return trainer
     for _ in range(steps):
-        one_step()
+        trainer.step()
+    times = trainer.times
     steady = sorted(times[3:])[len(times[3:]) // 2]
-    result = {"step ms": steady * 1e3, "first s": times[0], "losses": losses[:steps]}
+    result = {"step ms": steady * 1e3, "first s": times[0], "losses": trainer.losses[:steps]}
     if PROFILE_STEPS:
-        result["profile"] = step_profile.profile_steps(one_step, PROFILE_STEPS)
+        result["profile"] = step_profile.profile_steps(trainer.step, PROFILE_STEPS)
     return result
 
 
@@ -154,7 +172,7 @@ def _mixed_precision(bf16: bool) -> dict:
     return {"mp_policy": policy}
 
 
-def ddp_train(variant: Variant, device: torch.device, steps: int) -> dict:
+def ddp_train(variant: Variant, device: torch.device, steps: int | None):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = workloads.mlp(device)
@@ -162,7 +180,7 @@ def ddp_train(variant: Variant, device: torch.device, steps: int) -> dict:
     return train(ddp, model, device, steps)
 
 
-def fsdp_train(variant: Variant, device: torch.device, steps: int, bf16: bool = False) -> dict:
+def fsdp_train(variant: Variant, device: torch.device, steps: int | None, bf16: bool = False):
     """FSDP2 with each Linear of an MLP (4 × 1024) sharded with ``fully_shard`` and its forward
     compiled. FSDP gathers a layer's parameters into memory that moves from step to step, so
     graphed variants see static inputs that move."""
@@ -200,7 +218,7 @@ class ResidualMLP(torch.nn.Module):
         return self.out(x)
 
 
-def fsdp_mlp(variant: Variant, device: torch.device, steps: int, bf16: bool = False) -> dict:
+def fsdp_mlp(variant: Variant, device: torch.device, steps: int | None, bf16: bool = False):
     """FSDP2 in torchtitan's order: each residual block compiled as a module, then sharded,
     then the root sharded (4 blocks, width 256, hidden 1024, 64 inputs, 16 outputs, batch 64):
     small blocks, so a step is mostly host work."""
@@ -256,11 +274,11 @@ class Transformer(torch.nn.Module):
 def fsdp_transformer(
     variant: Variant,
     device: torch.device,
-    steps: int,
+    steps: int | None,
     reshard_after_forward: bool = True,
     bf16: bool = False,
     checkpointed: bool = False,
-) -> dict:
+):
     """FSDP2 on a small transformer (6 blocks × 512, vocabulary 8192, batch 8 × 256 tokens per
     rank), torchtitan's way: ``fully_shard`` on each block and on the root, each block's
     forward compiled, AdamW, next-token loss. FSDP gathers each block's parameters into
@@ -294,11 +312,11 @@ def fsdp_transformer(
     return train(step_model, model, device, steps, batch, loss_of)
 
 
-def fsdp_transformer_kept(variant: Variant, device: torch.device, steps: int, **kw) -> dict:
+def fsdp_transformer_kept(variant: Variant, device: torch.device, steps: int | None, **kw):
     return fsdp_transformer(variant, device, steps, reshard_after_forward=False, **kw)
 
 
-def fsdp_transformer_checkpointed(variant: Variant, device: torch.device, steps: int, **kw):
+def fsdp_transformer_checkpointed(variant: Variant, device: torch.device, steps: int | None, **kw):
     return fsdp_transformer(variant, device, steps, checkpointed=True, **kw)
 
 
@@ -322,16 +340,26 @@ WORKLOADS.update({
 # -- one variant under torchrun ----------------------------------------------------------------
 
 
-def child(variant_name: str, device_type: str, workloads_run: list[str], steps: int) -> None:
-    rank = int(os.environ["RANK"])
+def _join(device_type: str) -> torch.device:
+    """This rank's device, once it has joined the process group (torchrun's environment)."""
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
-    device = (
-        torch.device(device_type, torch.cuda.current_device())
-        if device_type == "cuda"
-        else torch.device("cpu")
-    )
+    if device_type == "cuda":
+        return torch.device(device_type, torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _leave(results: dict) -> None:
+    """Rank 0 prints ``results`` as the launch's last line; every rank leaves the group."""
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print(json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def child(variant_name: str, device_type: str, workloads_run: list[str], steps: int) -> None:
+    device = _join(device_type)
     variant = Variant(variant_name, device_type).select()
     results: dict[str, dict] = {}
     counted: dict[str, int] = {}
@@ -349,10 +377,59 @@ def child(variant_name: str, device_type: str, workloads_run: list[str], steps: 
             results[workload]["graphs"] = {k: v - counted.get(k, 0) for k, v in graphs.items()}
             counted = graphs
         variant.reset_graphs()
-    dist.barrier()
-    if rank == 0:
-        print(json.dumps(results), flush=True)
-    dist.destroy_process_group()
+    _leave(results)
+
+
+# -- eager and one variant, their steps alternating in one process (``--paired``) ---------------
+
+# Steps each side runs alone before they alternate: the warmup, the record, and for ours the
+# record of graphs whose copied parameters settled (the fifth step), so that nothing compiles
+# or records while the sides alternate.
+PAIRED_WARMUP_STEPS = 6
+PAIRED_BLOCK = 10  # alternated steps per block of the ratio's range
+
+
+def paired_child(variant_name: str, device_type: str, workloads_run: list[str], steps: int):
+    """For each workload, eager and ``variant_name`` built from one seed, each warmed up alone
+    (the variant compiling while it is the one selected), then ``steps`` steps of each,
+    alternating: both sides see the same host, whose speed varies between processes by more
+    than the variants differ (benchmarks/RESULTS.md)."""
+    device = _join(device_type)
+    results: dict[str, dict] = {}
+    for workload in workloads_run:
+        torch._dynamo.reset()
+        sides: dict[str, tuple[Variant, Trainer]] = {}
+        for name in ("eager", variant_name):
+            variant = Variant(name, device_type).select()
+            trainer = WORKLOADS[workload](variant, device, None)
+            for _ in range(PAIRED_WARMUP_STEPS):
+                trainer.step()
+            sides[name] = (variant, trainer)
+        variant, _ = sides[variant_name]
+        before = variant.counters() or {}
+        for _ in range(steps):
+            for _, trainer in sides.values():
+                trainer.step()
+        after = variant.counters() or {}
+        eager, other = (sides[name][1] for name in ("eager", variant_name))
+        mine, theirs = other.times[PAIRED_WARMUP_STEPS:], eager.times[PAIRED_WARMUP_STEPS:]
+        blocks = [
+            statistics.median(theirs[i : i + PAIRED_BLOCK])
+            / statistics.median(mine[i : i + PAIRED_BLOCK])
+            for i in range(0, steps - PAIRED_BLOCK + 1, PAIRED_BLOCK)
+        ]
+        results[workload] = {
+            "eager ms": statistics.median(theirs) * 1e3,
+            "variant ms": statistics.median(mine) * 1e3,
+            "block range": [min(blocks, default=0.0), max(blocks, default=0.0)],
+            "worst loss difference": max(
+                abs(a - b) for a, b in zip(eager.losses, other.losses, strict=True)
+            ),
+            # Graphs made and run while the sides alternated, and in all.
+            "graphs": {k: (v - before.get(k, 0), v) for k, v in after.items()},
+        }
+        variant.reset_graphs()
+    _leave(results)
 
 
 def main() -> None:
@@ -372,12 +449,34 @@ def main() -> None:
         metavar="STEPS",
         help="after the timed steps, this many more under the profiler: where a step's time goes",
     )
+    parser.add_argument(
+        "--paired",
+        choices=[v for v in VARIANTS if v != "eager"],
+        metavar="VARIANT",
+        help="eager and VARIANT in each launch, their steps alternating (training workloads)",
+    )
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
+    parser.add_argument("--child-paired", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         global PROFILE_STEPS
         PROFILE_STEPS = args.profile
         child(args.child, args.device, args.workloads, args.steps)
+        return
+    if args.child_paired:
+        paired_child(args.child_paired, args.device, args.workloads, args.steps)
+        return
+    if args.paired:
+        untrained = [w for w in args.workloads if w == "tp_decode"]
+        if untrained:
+            parser.error("--paired alternates training steps: not tp_decode")
+        if args.profile:
+            parser.error("--paired does not profile: use --profile without it")
+        print(measure.header(f"Paired: eager and {args.paired} alternating, {args.ranks} rank(s), "
+                             f"{args.steps} steps each after {PAIRED_WARMUP_STEPS}, "
+                             f"{args.runs} launch(es)", args.device))  # fmt: skip
+        launches = [launch(args.paired, args, paired=True) for _ in range(args.runs)]
+        report_paired(args.paired, [r for r in launches if r is not None], args.workloads)
         return
     title = (
         f"Distributed, {args.ranks} rank(s), {args.steps} steps per workload, "
@@ -395,15 +494,17 @@ def main() -> None:
     report(runs, args.workloads)
 
 
-def launch(variant: str, args: argparse.Namespace) -> dict | None:
+def launch(variant: str, args: argparse.Namespace, paired: bool = False) -> dict | None:
     """One ``torchrun`` launch of ``variant`` (with an empty Inductor cache, as every variant
-    compiles and autotunes alike): rank 0's results per workload, or None."""
+    compiles and autotunes alike), ``paired`` with eager or alone: rank 0's results per
+    workload, or None."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = str(free.getsockname()[1])
     result = measure.in_fresh_process([
         "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks), "--master-port", port,
-        os.path.abspath(__file__), "--child", variant, "--device", args.device,
+        os.path.abspath(__file__), "--child-paired" if paired else "--child", variant,
+        "--device", args.device,
         "--steps", str(args.steps), "--profile", str(args.profile), "--workloads", *args.workloads,
     ])  # fmt: skip
     if "error" in result:
@@ -443,6 +544,31 @@ def report(runs: dict[str, list[dict]], workloads_run: list[str]) -> None:
             counts += f" (skipped: {'; '.join(skips)[:200]})" if skips else ""
             print(f"| {variant} | " + " | ".join([*cells, answer, counts]) + " |")
         report_profiles({v: launches[0][workload].get("profile") for v, launches in runs.items()})
+
+
+def report_paired(variant: str, launches: list[dict], workloads_run: list[str]) -> None:
+    """One table per workload, a row per launch: each side's median step, eager's over the
+    variant's (above 1: the variant is faster) and its range over blocks of steps."""
+    for workload in workloads_run:
+        print(f"\n### {workload}\n")
+        print(f"| launch | eager ms | {variant} ms | eager / {variant} | per-block range | "
+              "largest loss difference | graphs while alternating (in all) |")  # fmt: skip
+        print("|---" * 7 + "|")
+        for i, results in enumerate(launches, 1):
+            row = results[workload]
+            low, high = row["block range"]
+            counts = row["graphs"]
+            graphs = " / ".join(
+                f"{k} {counts[k][0]} ({counts[k][1]})"
+                for k in ("records", "replays", "fallbacks")
+                if k in counts
+            )
+            cells = [
+                f"{row['eager ms']:.3f}", f"{row['variant ms']:.3f}",
+                f"{row['eager ms'] / row['variant ms']:.3f}", f"{low:.2f}-{high:.2f}",
+                f"{row['worst loss difference']:.1e}", graphs or "-",
+            ]  # fmt: skip
+            print(f"| {i} | " + " | ".join(cells) + " |")
 
 
 def report_profiles(profiles: dict[str, dict | None]) -> None:

@@ -173,6 +173,7 @@ def _callable_reports() -> Iterator[CallableReport]:
             moving_inputs=graphed.input_names.describe(moving, shown=2) if moving else None,
             moving_bytes=max((n.recording.moving_input_bytes() for n in copying), default=0),
             moving_replays=sum(n.replays for n in copying),
+            moving_why="; ".join(dict.fromkeys(n.recording.why_copied() for n in copying)),
         )
 
 

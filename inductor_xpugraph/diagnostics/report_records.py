@@ -67,10 +67,12 @@ class CallableReport:
     rerecords: int  # new static-address sets recorded
     source: str | None
     # Static inputs whose memory moves under them (FSDP2's gathered parameters), copied into
-    # the graph at each replay: which, bytes copied per replay, and replays that copied them.
+    # the graph at each replay: which, bytes copied per replay, replays that copied them, and
+    # why they are still copied (``Recording.why_copied``).
     moving_inputs: str | None = None
     moving_bytes: int = 0
     moving_replays: int = 0
+    moving_why: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +161,7 @@ def _text(report: Report) -> str:
                     f"    {graphed.moving_inputs}: memory moves in place between calls "
                     f"(FSDP2's gathered parameters), copied into the graph at each replay: "
                     f"{_bytes(graphed.moving_bytes)} per replay, {graphed.moving_replays} "
-                    "replays"
+                    f"replays ({graphed.moving_why})"
                 )
     if report.events:
         lines.append("events:")

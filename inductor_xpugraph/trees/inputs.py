@@ -157,7 +157,7 @@ class SettlingWatch:
     and calls ``on_settled``. Memory seen moving after the record keeps moving: the watch
     stops at the first move, and at the settling, and costs nothing after that."""
 
-    __slots__ = ("_indices", "_storages", "_on_settled", "_addresses", "_replays")
+    __slots__ = ("_indices", "_storages", "_on_settled", "_addresses", "_replays", "moved")
 
     def __init__(
         self, indices: Sequence[int], storages: MovingStorages, on_settled: Callable[[], None]
@@ -167,6 +167,7 @@ class SettlingWatch:
         self._on_settled: Callable[[], None] | None = on_settled
         self._addresses: tuple[int, ...] | None = None  # at the record's replay
         self._replays = 0
+        self.moved = False  # seen moving after the record: copied for good
 
     def __call__(self, args: Sequence[Any]) -> None:
         if self._on_settled is None:
@@ -175,7 +176,7 @@ class SettlingWatch:
         if self._addresses is None:
             self._addresses = addresses
         elif addresses != self._addresses:
-            self._on_settled = None  # moved after the record: copied for good
+            self._on_settled, self.moved = None, True
             return
         self._replays += 1
         if self._replays == SETTLE_REPLAYS:

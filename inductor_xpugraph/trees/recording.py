@@ -58,6 +58,7 @@ import torch
 
 from .backends import Graph
 from .inputs import (
+    SETTLE_REPLAYS,
     MovingStorages,
     SettlingWatch,
     StaticInput,
@@ -196,9 +197,11 @@ class Recording:
         copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
         self.moving_inputs = tuple(moving_inputs)
         self.copies_settled = False  # the moving inputs settled: matches no call
+        self._kept_copying = False  # they settled, and no capture could replace this one
+        self._watch: SettlingWatch | None = None
         if watch_settling is not None and self.moving_inputs:
-            watch = SettlingWatch(self.moving_inputs, watch_settling, self._stop_matching)
-            copy_inputs = _watched(watch, copy_inputs)
+            self._watch = SettlingWatch(self.moving_inputs, watch_settling, self._stop_matching)
+            copy_inputs = _watched(self._watch, copy_inputs)
         self._output_is_tuple = isinstance(captured_outputs, tuple)
         outputs = (
             captured_outputs if isinstance(captured_outputs, (tuple, list)) else [captured_outputs]
@@ -359,8 +362,20 @@ class Recording:
     def keep_copying(self) -> None:
         """Match calls again, copying the inputs that settled, for good (no capture could
         replace this recording where it is)."""
-        self.copies_settled = False
+        self.copies_settled, self._kept_copying = False, True
         del self.static_inputs_match  # the method again
+
+    def why_copied(self) -> str | None:
+        """Why this recording copies its ``moving_inputs`` (None: it copies none)."""
+        if not self.moving_inputs:
+            return None
+        if self._kept_copying:
+            return "settled, but no capture could replace this graph where it is"
+        if self._watch is None:
+            return "moved again after it had settled"
+        if self._watch.moved:
+            return "moved after this graph was recorded"
+        return f"read in place if it stays put for {SETTLE_REPLAYS} replays from the record"
 
     def matches_at(self, args: Sequence[Any], positions: Sequence[int]) -> bool:
         """Whether this recording takes each of ``positions`` where it lies, at the address it

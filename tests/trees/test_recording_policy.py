@@ -444,6 +444,7 @@ def test_memory_that_moves_again_after_it_settled_is_copied_for_good(device):
     assert (stats["records"], stats["rerecords"], stats["fallbacks"]) == (3, 2, 0)
     (recording,) = [node.recording for tree in all_trees() for node in tree.nodes()]
     assert recording.moving_input_bytes() == model.weight.nbytes
+    assert recording.why_copied() == "moved again after it had settled"
 
 
 def test_memory_that_starts_moving_below_a_graph_that_lent_memory_is_recorded_and_replays(device):
@@ -565,6 +566,7 @@ def test_the_report_says_which_inputs_move_and_what_copying_them_costs(device):
     (graphed,) = [c for c in inductor_xpugraph.report().callables if c.moving_inputs]
     assert graphed.moving_inputs.startswith("input ")  # which one, and where it is read
     assert (graphed.moving_bytes, graphed.moving_replays) == (model.weight.nbytes, 3)
+    assert graphed.moving_why == "moved after this graph was recorded"
     assert "memory moves in place between calls" in str(inductor_xpugraph.report())
 
 

@@ -130,8 +130,7 @@ class TreeView:
     capture_refusal: str | None = None  # why the backend cannot capture these inputs
     kept_state: Container[torch.Tensor] = ()  # tensors kept as state (Note [Outputs kept as state])
     moving: frozenset[int] = frozenset()  # read-only static inputs whose memory moves
-    # Recordings here for the call's static inputs that copy moving inputs which settled
-    # where the call has them.
+    # Recordings here for the call's static inputs whose copied moving inputs settled.
     settled: tuple[GraphNode, ...] = ()
     evicted_here: bool = False  # a recording of this callable and sizes went with an eviction
     pending_backward: bool = False  # a backward of this generation may still run
@@ -390,12 +389,15 @@ def _read_settled_in_place(
     view: TreeView, facts: CallableFacts, call: Call, answers: PolicyAnswers
 ) -> Decision:
     """The inputs whose memory moved before the record, which recordings here copy, stayed
-    where the call has them since (``inputs.SettlingWatch``): one recording that reads them
-    there replaces those. Not on the guard's clock: once per place, as a storage that moves
-    off where it settled is copied for good (``inputs.MovingStorages``). Where no capture can
-    go here (it would record the tree again, without lending memory), they copy for good."""
+    at the record's addresses since (``inputs.SettlingWatch``): one recording that reads them
+    where they lie replaces those. Not on the guard's clock: once per place, as a storage that
+    moves off where it settled is copied for good (``inputs.MovingStorages``). The recordings
+    copy for good, and replay, where the call has one of those inputs elsewhere than where it
+    settled (it moved again), or where no capture can go (it would record the tree again,
+    without lending memory)."""
     settled = view.settled
-    if not view.can_capture:  # a capture here would record the tree again: copy for good
+    moved_again = any(i in view.moving for node in settled for i in node.recording.moving_inputs)
+    if moved_again or not view.can_capture:
         return Decision(
             Action.REPLAY, candidates=settled, otherwise=LEAVE_FOR_LIVE_MEMORY, keeps_copying=True
         )

@@ -361,9 +361,7 @@ class GraphTree:
         settled = tuple(
             node
             for node in variants
-            if node.recording.copies_settled
-            and not any(moved(args[i]) for i in node.recording.moving_inputs)
-            and node.recording.changed_inputs(args) == ([], [])
+            if node.recording.copies_settled and node.recording.changed_inputs(args) == ([], [])
         )
         return TreeView(
             position,

@@ -236,9 +236,9 @@ class Decision:
     candidates: tuple[GraphNode, ...] = ()
     otherwise: Decision | None = None
     adopts_state: bool = False
-    # REPLAY: the candidates copy inputs that settled, but no capture can replace them here:
-    # they match calls again and copy for good.
-    keeps_copying: bool = False
+    # REPLAY: the candidates copy inputs that settled, but cannot be replaced here now: why
+    # (they match calls again and copy for good).
+    keeps_copying: str | None = None
     # RECORD: why, the inputs taken where they lie, and a re-record's words (said and
     # counted once the capture is made).
     kind: RecordKind | None = None
@@ -398,8 +398,9 @@ def _read_settled_in_place(
     settled = view.settled
     moved_again = any(i in view.moving for node in settled for i in node.recording.moving_inputs)
     if moved_again or not view.can_capture:
+        why = messages.SETTLED_MOVED_AGAIN if moved_again else messages.SETTLED_NO_CAPTURE
         return Decision(
-            Action.REPLAY, candidates=settled, otherwise=LEAVE_FOR_LIVE_MEMORY, keeps_copying=True
+            Action.REPLAY, candidates=settled, otherwise=LEAVE_FOR_LIVE_MEMORY, keeps_copying=why
         )
     before = Preamble(drops=settled, counts_replacing_record=True)
     inputs = sorted({i for node in settled for i in node.recording.moving_inputs})

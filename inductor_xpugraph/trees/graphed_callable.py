@@ -299,9 +299,9 @@ class GraphedCallable:
         self, decision: Decision, tree: GraphTree, key: tuple[int, ...], args: list[Any]
     ) -> Any:
         if decision.action is Action.REPLAY:
-            if decision.keeps_copying:
+            if decision.keeps_copying is not None:
                 for node in decision.candidates:
-                    node.recording.keep_copying()
+                    node.recording.keep_copying(decision.keeps_copying)
             for node in decision.candidates:  # the first whose reused memory is free now
                 if not node.reused_outputs or node.try_release_reused_memory(args):
                     if decision.adopts_state:

@@ -39,6 +39,11 @@ def settled_inputs_read_in_place(inputs: str) -> str:
     )
 
 
+# Why a recording whose copied parameters settled copies them for good (``report()``).
+SETTLED_MOVED_AGAIN = "settled, then seen elsewhere before this graph could be replaced"
+SETTLED_NO_CAPTURE = "settled, but no capture could replace this graph where it is"
+
+
 def managed_inputs_copied(inputs: str, limit: int) -> str:
     """``inputs``, outputs of earlier graphs, moved ``limit`` times at this place."""
     return (

@@ -197,7 +197,7 @@ class Recording:
         copy_inputs = input_copier(self.copied_inputs, self._copy_targets, self._expanded)
         self.moving_inputs = tuple(moving_inputs)
         self.copies_settled = False  # the moving inputs settled: matches no call
-        self._kept_copying = False  # they settled, and no capture could replace this one
+        self._kept_copying: str | None = None  # they settled, but copy for good: why
         self._watch: SettlingWatch | None = None
         if watch_settling is not None and self.moving_inputs:
             self._watch = SettlingWatch(self.moving_inputs, watch_settling, self._stop_matching)
@@ -359,18 +359,18 @@ class Recording:
         self.copies_settled = True
         self.static_inputs_match = _matches_no_call  # type: ignore[method-assign]
 
-    def keep_copying(self) -> None:
-        """Match calls again, copying the inputs that settled, for good (no capture could
-        replace this recording where it is)."""
-        self.copies_settled, self._kept_copying = False, True
+    def keep_copying(self, why: str) -> None:
+        """Match calls again, copying the inputs that settled, for good: ``why`` (no capture
+        could replace this recording where it is, or they moved again first)."""
+        self.copies_settled, self._kept_copying = False, why
         del self.static_inputs_match  # the method again
 
     def why_copied(self) -> str | None:
         """Why this recording copies its ``moving_inputs`` (None: it copies none)."""
         if not self.moving_inputs:
             return None
-        if self._kept_copying:
-            return "settled, but no capture could replace this graph where it is"
+        if self._kept_copying is not None:
+            return self._kept_copying
         if self._watch is None:
             return "moved again after it had settled"
         if self._watch.moved:

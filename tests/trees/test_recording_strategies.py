@@ -115,7 +115,7 @@ def test_a_recording_whose_copied_weight_settled_matches_no_call_until_told_to_k
         assert recording.why_copied().startswith("read in place if it stays put")
         recording.replay([weight])
     assert recording.copies_settled and not recording.static_inputs_match([weight])
-    recording.keep_copying()
+    recording.keep_copying("settled, but no capture could replace this graph where it is")
     assert not recording.copies_settled and recording.static_inputs_match([weight])
     recording.replay([weight])
     assert recording.moving_input_bytes() == weight.nbytes

@@ -396,14 +396,14 @@ def _read_settled_in_place(
     settled (it moved again), or where no capture can go (it would record the tree again,
     without lending memory)."""
     settled = view.settled
-    moved_again = any(i in view.moving for node in settled for i in node.recording.moving_inputs)
+    inputs = sorted({i for node in settled for i in node.recording.moving_inputs})
+    moved_again = any(i in view.moving for i in inputs)
     if moved_again or not view.can_capture:
         why = messages.SETTLED_MOVED_AGAIN if moved_again else messages.SETTLED_NO_CAPTURE
         return Decision(
             Action.REPLAY, candidates=settled, otherwise=LEAVE_FOR_LIVE_MEMORY, keeps_copying=why
         )
     before = Preamble(drops=settled, counts_replacing_record=True)
-    inputs = sorted({i for node in settled for i in node.recording.moving_inputs})
     words = facts.input_names.describe(inputs, shown=2)
     record = Decision(
         Action.RECORD, before, kind=RecordKind.SETTLED_MEMORY,

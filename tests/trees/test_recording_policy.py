@@ -447,6 +447,25 @@ def test_memory_that_moves_again_after_it_settled_is_copied_for_good(device):
     assert recording.why_copied() == "moved again after it had settled"
 
 
+def test_a_settled_recording_for_other_parameters_never_replays_this_call(device):
+    """Two biases in turn (two variants), over a weight that moved once: both recordings copy
+    the weight and see it settle. When it then moves again, each call replays the recording
+    for its own bias, not another settled one."""
+    (model, compiled, x), held = compiled_linear(device), []
+    biases = [model.bias, torch.nn.Parameter(torch.randn_like(model.bias))]
+    with torch.no_grad():
+        compiled(x)
+        gather_again(model.weight, held)
+        for i in range(6):  # both recorded copying; both settled at their last replay
+            model.bias = biases[i % 2]
+            torch.testing.assert_close(compiled(x), model(x))
+        assert all(node.recording.copies_settled for tree in all_trees() for node in tree.nodes())
+        gather_again(model.weight, held)
+        for i in range(4):
+            model.bias = biases[i % 2]
+            torch.testing.assert_close(compiled(x), model(x))
+
+
 def test_memory_that_starts_moving_below_a_graph_that_lent_memory_is_recorded_and_replays(device):
     """The second graph's recording reused memory of the first's dead output. When its weight
     first moves after that, its new recording goes below the first graph beside the old one:

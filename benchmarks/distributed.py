@@ -413,11 +413,7 @@ def paired_child(variant_name: str, device_type: str, workloads_run: list[str], 
         after = variant.counters() or {}
         eager, other = (sides[name][1] for name in ("eager", variant_name))
         mine, theirs = other.times[PAIRED_WARMUP_STEPS:], eager.times[PAIRED_WARMUP_STEPS:]
-        blocks = [
-            statistics.median(theirs[i : i + PAIRED_BLOCK])
-            / statistics.median(mine[i : i + PAIRED_BLOCK])
-            for i in range(0, steps - PAIRED_BLOCK + 1, PAIRED_BLOCK)
-        ]
+        blocks = measure.block_ratios(theirs, mine, PAIRED_BLOCK)
         results[workload] = {
             "eager ms": statistics.median(theirs) * 1e3,
             "variant ms": statistics.median(mine) * 1e3,

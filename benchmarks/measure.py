@@ -218,6 +218,15 @@ class DeviceMemory:
         }
 
 
+def block_ratios(theirs: list[float], mine: list[float], block: int) -> list[float]:
+    """Two interleaved series' median ratio (``theirs`` over ``mine``) over each full block of
+    ``block`` calls: a paired comparison's spread."""
+    return [
+        statistics.median(theirs[i : i + block]) / statistics.median(mine[i : i + block])
+        for i in range(0, min(len(theirs), len(mine)) - block + 1, block)
+    ]
+
+
 def graph_launches(run_once: Callable[[], Any], device: str) -> tuple[int, str, list[str]]:
     """Graph launches during one call: (count, how it was counted, the event names counted)."""
     import inductor_xpugraph

@@ -429,11 +429,7 @@ def run_paired(name: str, calls: int, ours: str) -> dict:
             call()
             times[side_name].append(time.perf_counter() - start)
     mine, theirs = times[ours], times["upstream"]
-    blocks = [
-        statistics.median(theirs[i : i + PAIRED_BLOCK])
-        / statistics.median(mine[i : i + PAIRED_BLOCK])
-        for i in range(0, calls - PAIRED_BLOCK + 1, PAIRED_BLOCK)
-    ]
+    blocks = measure.block_ratios(theirs, mine, PAIRED_BLOCK)
     return {
         "client": name, "calls": calls,
         "ours_ms": statistics.median(mine) * 1e3, "upstream_ms": statistics.median(theirs) * 1e3,

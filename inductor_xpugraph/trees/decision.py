@@ -388,8 +388,8 @@ def _new_addresses(
 def _read_settled_in_place(
     view: TreeView, facts: CallableFacts, call: Call, answers: PolicyAnswers
 ) -> Decision:
-    """The inputs whose memory moved, which recordings here copy, stayed at the same
-    addresses for the last replays (``inputs.SettlingWatch``): one recording that reads them
+    """The inputs whose memory moved before the record, which recordings here copy, stayed
+    at the record's addresses since (``inputs.SettlingWatch``): one recording that reads them
     where they lie replaces those. Not on the guard's clock: once per place, as a storage that
     moves off where it settled is copied for good (``inputs.MovingStorages``). The recordings
     copy for good, and replay, where the call has one of those inputs elsewhere than where it

@@ -19,14 +19,15 @@ model loaded again, another parameter set) is a new storage: it is recorded agai
 Memory that moved once often settles: the caching allocator hands FSDP2 the same blocks at
 every step once the optimizer's state exists (created by the first step, after the warmup,
 which is why the gathers lie elsewhere at the record). A recording that copies such inputs
-watches them (``SettlingWatch``): when they lie at the same addresses for ``SETTLE_REPLAYS``
-replays in a row, their storages are noted as *settled* there, and the recording stops
-matching, so that the next call records one that reads them where they lie, copying nothing
-(where a capture can replace it: ``decision``). The record itself takes pool memory, so the
-gathers often move once or twice more after it (on an H200, a transformer's gathers move at
-the two steps after the record, then never again): the watch waits through
-``MOVES_BEFORE_GIVING_UP - 1`` moves. Memory that moves more often than that keeps moving,
-and is copied for good, unwatched. A graph may read one storage at several addresses
+watches them (``SettlingWatch``): when they lie at the record's addresses for its first
+``SETTLE_REPLAYS`` replays, their storages are noted as *settled* there, and the recording
+stops matching, so that the next call records one that reads them where they lie, copying
+nothing (where a capture can replace it: ``decision``). Memory seen moving after the record
+is copied for good. A capture takes memory the allocator handed out before, so the gathers
+may lie elsewhere after it, and a capture that replaced the recording would move them again:
+on an H200, a transformer's gathers moved at the two steps after the record, then stayed
+put; waiting for that and replacing each graph made 35 records in 10 steps instead of 12,
+each replacement moving them once more. A graph may read one storage at several addresses
 (FSDP2 gathers again for the backward, perhaps elsewhere): each is noted. A storage seen off
 every address where it settled is *restless*: copied from then on, never watched again, so
 memory that settles and then moves costs two more records of a graph, no more.
@@ -70,12 +71,10 @@ def input_identity(
     )
 
 
-# Replays in a row at the same addresses after which copied inputs whose memory moved count as
-# settled there (the record's own replay included): enough to see FSDP2's allocator settle,
-# few enough that a training loop copies for two more steps.
+# Replays at the record's addresses after which copied inputs whose memory moved before the
+# record count as settled there (the record's own replay included): enough to see FSDP2's
+# allocator settle, few enough that a training loop copies for two more steps.
 SETTLE_REPLAYS = 3
-# Moves after the record at which a watch gives up: the memory keeps moving.
-MOVES_BEFORE_GIVING_UP = 3
 
 
 class _Seen:
@@ -157,13 +156,12 @@ class MovingStorages:
 
 class SettlingWatch:
     """Called at each replay of a recording that copies inputs whose memory moves, before the
-    copy, from the record's own replay on: when ``indices`` lay at the same addresses for
-    ``SETTLE_REPLAYS`` replays in a row, it notes them settled there
-    (``MovingStorages.settle``) and calls ``on_settled``. A move starts the count again; at
-    the ``MOVES_BEFORE_GIVING_UP``-th it stops watching: the memory keeps moving. Once it has
-    stopped, for either reason, it costs a test of one attribute."""
+    copy, from the record's own replay on: when ``indices`` lay at the same addresses for the
+    first ``SETTLE_REPLAYS`` replays, it notes them settled there (``MovingStorages.settle``)
+    and calls ``on_settled``. Memory seen moving after the record keeps moving: the watch
+    stops at the first move, and at the settling, and costs nothing after that."""
 
-    __slots__ = ("_indices", "_storages", "_on_settled", "_addresses", "_replays", "moves")
+    __slots__ = ("_indices", "_storages", "_on_settled", "_addresses", "_replays", "moved")
 
     def __init__(
         self, indices: Sequence[int], storages: MovingStorages, on_settled: Callable[[], None]
@@ -171,26 +169,19 @@ class SettlingWatch:
         self._indices = tuple(indices)
         self._storages = storages
         self._on_settled: Callable[[], None] | None = on_settled
-        self._addresses: tuple[int, ...] | None = None  # where the current run of replays saw them
-        self._replays = 0  # in the current run
-        self.moves = 0  # seen since the record
-
-    @property
-    def gave_up(self) -> bool:
-        """Seen moving too often to settle: copied for good."""
-        return self.moves >= MOVES_BEFORE_GIVING_UP
+        self._addresses: tuple[int, ...] | None = None  # at the record's replay
+        self._replays = 0
+        self.moved = False  # seen moving after the record: copied for good
 
     def __call__(self, args: Sequence[Any]) -> None:
         if self._on_settled is None:
             return
         addresses = tuple([args[i].data_ptr() for i in self._indices])
-        if addresses != self._addresses:
-            if self._addresses is not None:
-                self.moves += 1
-                if self.gave_up:
-                    self._on_settled = None
-                    return
-            self._addresses, self._replays = addresses, 0
+        if self._addresses is None:
+            self._addresses = addresses
+        elif addresses != self._addresses:
+            self._on_settled, self.moved = None, True
+            return
         self._replays += 1
         if self._replays == SETTLE_REPLAYS:
             self._storages.settle([args[i] for i in self._indices])

@@ -373,9 +373,9 @@ class Recording:
             return self._kept_copying
         if self._watch is None:
             return "moved again after it had settled"
-        if self._watch.gave_up:
-            return f"moved {self._watch.moves} times after this graph was recorded"
-        return f"read in place once it stays put for {SETTLE_REPLAYS} replays in a row"
+        if self._watch.moved:
+            return "moved after this graph was recorded"
+        return f"read in place if it stays put for {SETTLE_REPLAYS} replays from the record"
 
     def matches_at(self, args: Sequence[Any], positions: Sequence[int]) -> bool:
         """Whether this recording takes each of ``positions`` where it lies, at the address it

@@ -428,24 +428,6 @@ def test_memory_that_moved_once_and_settled_is_read_where_it_lies_again(device):
     assert recording.moving_input_bytes() == 0 and recording.moving_inputs == ()
 
 
-def test_memory_that_moves_once_more_after_the_record_settles_where_it_then_lies(device):
-    """The record takes pool memory, so FSDP2's gathers may lie elsewhere once more at the next
-    step (a transformer's do on an H200), and stay there from then on."""
-    (model, compiled, x), held = compiled_linear(device), []
-    with torch.no_grad():
-        compiled(x)  # the warmup
-        gather_again(model.weight, held)
-        compiled(x)  # recorded copying the weight
-        gather_again(model.weight, held)
-        for _ in range(8):
-            torch.testing.assert_close(compiled(x), model(x))
-    stats = inductor_xpugraph.stats()
-    # Three replays at the new address, a record in place, and four replays of it.
-    assert (stats["records"], stats["rerecords"], stats["replays"]) == (2, 1, 3 + 4)
-    (recording,) = [node.recording for tree in all_trees() for node in tree.nodes()]
-    assert recording.moving_input_bytes() == 0 and recording.moving_inputs == ()
-
-
 def test_memory_that_moves_again_after_it_settled_is_copied_for_good(device):
     (model, compiled, x), held = compiled_linear(device), []
     with torch.no_grad():
@@ -603,7 +585,7 @@ def test_the_report_says_which_inputs_move_and_what_copying_them_costs(device):
     (graphed,) = [c for c in inductor_xpugraph.report().callables if c.moving_inputs]
     assert graphed.moving_inputs.startswith("input ")  # which one, and where it is read
     assert (graphed.moving_bytes, graphed.moving_replays) == (model.weight.nbytes, 3)
-    assert graphed.moving_why == "moved 3 times after this graph was recorded"
+    assert graphed.moving_why == "moved after this graph was recorded"
     assert "memory moves in place between calls" in str(inductor_xpugraph.report())
 
 

@@ -112,7 +112,7 @@ def test_a_recording_whose_copied_weight_settled_matches_no_call_until_told_to_k
     )  # fmt: skip
     for _ in range(SETTLE_REPLAYS):
         assert recording.static_inputs_match([weight])
-        assert recording.why_copied().startswith("read in place once it stays put")
+        assert recording.why_copied().startswith("read in place if it stays put")
         recording.replay([weight])
     assert recording.copies_settled and not recording.static_inputs_match([weight])
     recording.keep_copying("settled, but no capture could replace this graph where it is")

@@ -389,6 +389,24 @@ PAIRED_WARMUP_STEPS = 6
 PAIRED_BLOCK = 10  # alternated steps per block of the ratio's range
 
 
+def _why_recorded_again(variant: Variant) -> list[str]:
+    """Ours' events (each re-record, fallback or skip with its reason and count) and why each
+    graph that copies moving memory still does: the lines ``report()`` prints for them."""
+    if not variant.ours:
+        return []
+    import inductor_xpugraph
+
+    report = inductor_xpugraph.report()
+    lines = [event.line() for event in report.events]
+    lines += [
+        f"{c.graph} [{c.phase}]: copies {c.moving_bytes / 2**20:.1f} MiB per replay "
+        f"({c.moving_why})"
+        for c in report.callables
+        if c.moving_inputs
+    ]
+    return lines
+
+
 def paired_child(variant_name: str, device_type: str, workloads_run: list[str], steps: int):
     """For each workload, eager and ``variant_name`` built from one seed, each warmed up alone
     (the variant compiling while it is the one selected), then ``steps`` steps of each,
@@ -417,12 +435,13 @@ def paired_child(variant_name: str, device_type: str, workloads_run: list[str], 
         results[workload] = {
             "eager ms": statistics.median(theirs) * 1e3,
             "variant ms": statistics.median(mine) * 1e3,
-            "block range": [min(blocks, default=0.0), max(blocks, default=0.0)],
+            "block range": [min(blocks), max(blocks)] if blocks else None,  # under one block
             "worst loss difference": max(
                 abs(a - b) for a, b in zip(eager.losses, other.losses, strict=True)
             ),
             # Graphs made and run while the sides alternated, and in all.
             "graphs": {k: (v - before.get(k, 0), v) for k, v in after.items()},
+            "why": _why_recorded_again(variant),
         }
         variant.reset_graphs()
     _leave(results)
@@ -552,7 +571,7 @@ def report_paired(variant: str, launches: list[dict], workloads_run: list[str]) 
         print("|---" * 7 + "|")
         for i, results in enumerate(launches, 1):
             row = results[workload]
-            low, high = row["block range"]
+            spread = row["block range"]
             counts = row["graphs"]
             graphs = " / ".join(
                 f"{k} {counts[k][0]} ({counts[k][1]})"
@@ -561,10 +580,14 @@ def report_paired(variant: str, launches: list[dict], workloads_run: list[str]) 
             )
             cells = [
                 f"{row['eager ms']:.3f}", f"{row['variant ms']:.3f}",
-                f"{row['eager ms'] / row['variant ms']:.3f}", f"{low:.2f}-{high:.2f}",
+                f"{row['eager ms'] / row['variant ms']:.3f}",
+                f"{spread[0]:.2f}-{spread[1]:.2f}" if spread else "-",
                 f"{row['worst loss difference']:.1e}", graphs or "-",
             ]  # fmt: skip
             print(f"| {i} | " + " | ".join(cells) + " |")
+        for i, results in enumerate(launches, 1):
+            for line in results[workload].get("why", []):
+                print(f"- launch {i}: {line}")
 
 
 def report_profiles(profiles: dict[str, dict | None]) -> None:

@@ -25,9 +25,9 @@ stops matching, so that the next call records one that reads them where they lie
 nothing (where a capture can replace it: ``decision``). Memory seen moving after the record
 is copied for good. A capture takes memory the allocator handed out before, so the gathers
 may lie elsewhere after it, and a capture that replaced the recording would move them again:
-on an H200, a transformer's gathers moved at the two steps after the record, then stayed
-put; waiting for that and replacing each graph made 35 records in 10 steps instead of 12,
-each replacement moving them once more. A graph may read one storage at several addresses
+on an H200, a transformer's gathers move at the two steps after the record, then stay put;
+waiting for that and replacing each graph makes 35 records in 10 steps instead of 12, each
+replacement moving them once more. A graph may read one storage at several addresses
 (FSDP2 gathers again for the backward, perhaps elsewhere): each is noted. A storage seen off
 every address where it settled is *restless*: copied from then on, never watched again, so
 memory that settles and then moves costs two more records of a graph, no more.

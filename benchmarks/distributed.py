@@ -14,6 +14,10 @@ and ours differ on FSDP2's host-bound steps (up to 50% on one H200). Paired, eac
 every training workload twice from one seed, eager and VARIANT; each warms up alone, then
 their steps alternate in the one process: each side's median step, eager's over VARIANT's, and
 that ratio's range over blocks of 10 steps.
+
+``--compile-optimizer``: each training workload's AdamW step is compiled with the variant too
+(graphed by ours and upstream's trees, fused by Inductor alone; eager steps it eagerly): the
+optimizer takes 12-18% of an FSDP2 step under the profiler on one H200 (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -118,6 +122,9 @@ def tp_decode(variant: Variant, device: torch.device, steps: int) -> dict:
 
 # Steps run under the profiler after the timed ones (``--profile``); 0: none.
 PROFILE_STEPS = 0
+# Whether each training workload's optimizer step is compiled with the variant too
+# (``--compile-optimizer``): graphed by ours and upstream, fused by Inductor alone.
+COMPILE_OPTIMIZER = False
 
 
 class Trainer:
@@ -128,6 +135,7 @@ class Trainer:
     def __init__(self, step_model, model, device: torch.device, batch=None, loss_of=None) -> None:
         self.step_model, self.model = step_model, model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.optimizer_step = self.optimizer.step
         self.data = torch.Generator(device=device).manual_seed(10 + dist.get_rank())
         self.batch = batch or (lambda g: torch.randn(64, 1024, device=device, generator=g))
         self.loss_of = loss_of or (lambda out, x: out.square().mean())
@@ -139,17 +147,20 @@ class Trainer:
         start = time.perf_counter()
         loss = self.loss_of(self.step_model(x), x)
         loss.backward()
-        self.optimizer.step()
+        self.optimizer_step()
         self.optimizer.zero_grad(set_to_none=True)
         self.losses.append(loss.item())
         self.times.append(time.perf_counter() - start)
 
 
-def train(step_model, model, device: torch.device, steps, batch=None, loss_of=None):
+def train(variant: Variant, step_model, model, device, steps, batch=None, loss_of=None):
     """``steps`` steps of a ``Trainer``; the median step after the first three. With
     ``PROFILE_STEPS``, that many more steps run under the profiler, and ``step_profile`` says
-    where their time went. ``steps`` None: the ``Trainer`` itself, unstepped (``--paired``)."""
+    where their time went; with ``COMPILE_OPTIMIZER``, ``variant`` compiles the optimizer's
+    step. ``steps`` None: the ``Trainer`` itself, unstepped (``--paired``)."""
     trainer = Trainer(step_model, model, device, batch, loss_of)
+    if COMPILE_OPTIMIZER:
+        trainer.optimizer_step = variant.compile(trainer.optimizer.step)
     if steps is None:
         return trainer
     for _ in range(steps):
@@ -177,7 +188,7 @@ def ddp_train(variant: Variant, device: torch.device, steps: int | None):
 
     model = workloads.mlp(device)
     ddp = DDP(variant.compile(model), device_ids=[device.index] if device.type == "cuda" else None)
-    return train(ddp, model, device, steps)
+    return train(variant, ddp, model, device, steps)
 
 
 def fsdp_train(variant: Variant, device: torch.device, steps: int | None, bf16: bool = False):
@@ -192,7 +203,7 @@ def fsdp_train(variant: Variant, device: torch.device, steps: int | None, bf16: 
             fully_shard(layer, **shard)
             layer.forward = variant.compile(layer.forward)
     fully_shard(model, **shard)
-    return train(model, model, device, steps)
+    return train(variant, model, model, device, steps)
 
 
 class ResidualBlock(torch.nn.Module):
@@ -231,7 +242,12 @@ def fsdp_mlp(variant: Variant, device: torch.device, steps: int | None, bf16: bo
         fully_shard(model.blocks[i], **shard)
     fully_shard(model, **shard)
     return train(
-        model, model, device, steps, lambda g: torch.randn(64, 64, device=device, generator=g)
+        variant,
+        model,
+        model,
+        device,
+        steps,
+        lambda g: torch.randn(64, 64, device=device, generator=g),
     )
 
 
@@ -309,7 +325,7 @@ def fsdp_transformer(
     def step_model(tokens):
         return model(tokens)
 
-    return train(step_model, model, device, steps, batch, loss_of)
+    return train(variant, step_model, model, device, steps, batch, loss_of)
 
 
 def fsdp_transformer_kept(variant: Variant, device: torch.device, steps: int | None, **kw):
@@ -470,9 +486,16 @@ def main() -> None:
         metavar="VARIANT",
         help="eager and VARIANT in each launch, their steps alternating (training workloads)",
     )
+    parser.add_argument(
+        "--compile-optimizer",
+        action="store_true",
+        help="training workloads: the variant compiles the AdamW step too (eager: not compiled)",
+    )
     parser.add_argument("--child", choices=VARIANTS, help="run one variant (under torchrun)")
     parser.add_argument("--child-paired", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global COMPILE_OPTIMIZER
+    COMPILE_OPTIMIZER = args.compile_optimizer
     if args.child:
         global PROFILE_STEPS
         PROFILE_STEPS = args.profile
@@ -487,9 +510,12 @@ def main() -> None:
             parser.error("--paired alternates training steps: not tp_decode")
         if args.profile:
             parser.error("--paired does not profile: use --profile without it")
-        print(measure.header(f"Paired: eager and {args.paired} alternating, {args.ranks} rank(s), "
-                             f"{args.steps} steps each after {PAIRED_WARMUP_STEPS}, "
-                             f"{args.runs} launch(es)", args.device))  # fmt: skip
+        step = f", {args.paired} compiling the optimizer step" if COMPILE_OPTIMIZER else ""
+        title = (
+            f"Paired: eager and {args.paired} alternating{step}, {args.ranks} rank(s), "
+            f"{args.steps} steps each after {PAIRED_WARMUP_STEPS}, {args.runs} launch(es)"
+        )
+        print(measure.header(title, args.device))
         launches = [launch(args.paired, args, paired=True) for _ in range(args.runs)]
         report_paired(args.paired, [r for r in launches if r is not None], args.workloads)
         return
@@ -497,6 +523,8 @@ def main() -> None:
         f"Distributed, {args.ranks} rank(s), {args.steps} steps per workload, "
         f"{args.runs} launch(es)"
     )
+    if COMPILE_OPTIMIZER:
+        title += ", optimizer step compiled"
     if args.device == "cuda":
         title += f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
     print(measure.header(title, args.device))
@@ -520,7 +548,9 @@ def launch(variant: str, args: argparse.Namespace, paired: bool = False) -> dict
         "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks), "--master-port", port,
         os.path.abspath(__file__), "--child-paired" if paired else "--child", variant,
         "--device", args.device,
-        "--steps", str(args.steps), "--profile", str(args.profile), "--workloads", *args.workloads,
+        "--steps", str(args.steps), "--profile", str(args.profile),
+        *(["--compile-optimizer"] if args.compile_optimizer else []),
+        "--workloads", *args.workloads,
     ])  # fmt: skip
     if "error" in result:
         print(f"{variant}: failed: {result['error']}")

@@ -286,6 +286,7 @@ def _fsdp_worker(
     mixed_precision: bool = False,
     checkpointed: bool = False,
     compiled_first: bool = False,
+    compiled_optimizer: bool = False,
 ) -> None:
     """FSDP2 as torchtitan uses it with torch.compile: each layer sharded, each layer's forward
     compiled. FSDP frees a layer's gathered parameters after use (after its forward, or with
@@ -297,7 +298,10 @@ def _fsdp_worker(
     gathers bf16 copies of the parameters (``MixedPrecisionPolicy``) and reduces the gradients
     in fp32; the layers compute in bf16, compiled and eager alike. ``checkpointed``: each
     compiled forward is ``torch.utils.checkpoint``'s, so its backward recomputes it.
-    ``compiled_first``: torchtitan's order, each layer compiled as a module, then sharded."""
+    ``compiled_first``: torchtitan's order, each layer compiled as a module, then sharded.
+    ``compiled_optimizer``: AdamW over the sharded parameters (DTensors), its step compiled
+    with ``mode="reduce-overhead"`` too, one more graph per step; eager FSDP2 steps AdamW
+    eagerly."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import inductor_xpugraph
@@ -324,6 +328,12 @@ def _fsdp_worker(
             if checkpointed:
                 forward = functools.partial(checkpoint, forward, use_reentrant=False)
             layer.forward = torch.compile(forward, mode="reduce-overhead")
+    graphs = 6  # each layer's forward and backward
+    if compiled_optimizer:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+        optimizer_step = torch.compile(optimizer.step, mode="reduce-overhead")
+        graphs += 1
     batches = torch.Generator(device=device).manual_seed(10 + rank)
     counts = []  # (records, replays) after each step
     for _ in range(FSDP_STEPS):
@@ -335,21 +345,26 @@ def _fsdp_worker(
         torch.testing.assert_close(loss, expected, **tolerance)
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor(), **tolerance)
+        if compiled_optimizer:
+            optimizer_step()
+            reference_optimizer.step()
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p.full_tensor(), q.full_tensor(), **tolerance)
         model.zero_grad()
         reference.zero_grad()
         stats = inductor_xpugraph.stats()
         counts.append((stats["records"], stats["replays"]))
     assert (stats["fallbacks"], stats["skip_reasons"]) == (0, {}), stats
-    # Each layer's forward and backward (6 graphs) records and then replays at every step.
-    # When memory is copied from depends on the allocator: memory seen at one address at the
-    # warmup and the record, and at another later, costs one more record, and with owned
-    # outputs (the emulator) the whole tree records once more, without lending. Either way
-    # the last steps replay all 6 graphs and record nothing.
+    # Each graph (each layer's forward and backward, and the optimizer's step) records and
+    # then replays at every step. When memory is copied from depends on the allocator: memory
+    # seen at one address at the warmup and the record, and at another later, costs one more
+    # record, and with owned outputs (the emulator) the whole tree records once more, without
+    # lending. Either way the last steps replay every graph and record nothing.
     steps = [
         (after[0] - before[0], after[1] - before[1]) for before, after in zip(counts, counts[1:])
     ]
-    assert steps[-2:] == [(0, 6), (0, 6)], counts
-    assert stats["replays"] >= 6 * (FSDP_STEPS - 4), counts
+    assert steps[-2:] == [(0, graphs), (0, graphs)], counts
+    assert stats["replays"] >= graphs * (FSDP_STEPS - 4), counts
 
 
 def _fsdp_keeping_gathered_parameters_worker(rank: int, device: str) -> None:
@@ -370,6 +385,10 @@ def _fsdp_checkpointed_worker(rank: int, device: str) -> None:
 
 def _fsdp_compiled_first_worker(rank: int, device: str) -> None:
     _fsdp_worker(rank, device, compiled_first=True)
+
+
+def _fsdp_compiled_optimizer_worker(rank: int, device: str) -> None:
+    _fsdp_worker(rank, device, compiled_optimizer=True)
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -400,3 +419,8 @@ def test_fsdp2_with_activation_checkpointing_replays_every_step(setup):
 @pytest.mark.parametrize("setup", SETUPS)
 def test_fsdp2_of_layers_compiled_before_sharding_replays_every_step(setup):
     _spawn(_fsdp_compiled_first_worker, *setup)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_fsdp2_with_a_graphed_optimizer_step_replays_it_and_steps_like_eager_adamw(setup):
+    _spawn(_fsdp_compiled_optimizer_worker, *setup)

@@ -23,9 +23,9 @@ watches them (``SettlingWatch``): when they lie at the record's addresses for it
 ``SETTLE_REPLAYS`` replays, their storages are noted as *settled* there, and the recording
 stops matching, so that the next call records one that reads them where they lie, copying
 nothing (where a capture can replace it: ``decision``). Memory seen moving after the record
-is copied for good. A capture takes memory the allocator handed out before, so the gathers
+is copied for good. A capture changes which blocks the allocator has free, so the gathers
 may lie elsewhere after it, and a capture that replaced the recording would move them again:
-on an H200, a transformer's gathers move at the two steps after the record, then stay put;
+on an H200, a transformer's gathers move once or twice after the record, then stay put;
 waiting for that and replacing each graph makes 35 records in 10 steps instead of 12, each
 replacement moving them once more. A graph may read one storage at several addresses
 (FSDP2 gathers again for the backward, perhaps elsewhere): each is noted. A storage seen off

@@ -405,7 +405,7 @@ PAIRED_WARMUP_STEPS = 6
 PAIRED_BLOCK = 10  # alternated steps per block of the ratio's range
 
 
-def _why_recorded_again(variant: Variant) -> list[str]:
+def _ours_report_lines(variant: Variant) -> list[str]:
     """Ours' events (each re-record, fallback or skip with its reason and count) and why each
     graph that copies moving memory still does: the lines ``report()`` prints for them."""
     if not variant.ours:
@@ -457,7 +457,7 @@ def paired_child(variant_name: str, device_type: str, workloads_run: list[str], 
             ),
             # Graphs made and run while the sides alternated, and in all.
             "graphs": {k: (v - before.get(k, 0), v) for k, v in after.items()},
-            "why": _why_recorded_again(variant),
+            "why": _ours_report_lines(variant),
         }
         variant.reset_graphs()
     _leave(results)

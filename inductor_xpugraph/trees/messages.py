@@ -39,9 +39,17 @@ def settled_inputs_read_in_place(inputs: str) -> str:
     )
 
 
-# Why a recording whose copied parameters settled copies them for good (``report()``).
+# Why a recording copies memory that moves under its tensor (``Recording.why_copied``, in
+# ``report()``): it moved after the record, or again after it settled (copied for good); it
+# settled, but this graph cannot be replaced (copied for good); or it is still watched.
+MOVED_AFTER_RECORD = "moved after this graph was recorded"
+MOVED_AFTER_SETTLING = "moved again after it had settled"
 SETTLED_MOVED_AGAIN = "settled, then seen elsewhere before this graph could be replaced"
 SETTLED_NO_CAPTURE = "settled, but no capture could replace this graph where it is"
+
+
+def copies_until_settled(replays: int) -> str:
+    return f"read in place if it stays put for {replays} replays from the record"
 
 
 def managed_inputs_copied(inputs: str, limit: int) -> str:

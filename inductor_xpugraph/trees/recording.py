@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 
+from . import messages
 from .backends import Graph
 from .inputs import (
     SETTLE_REPLAYS,
@@ -372,10 +373,10 @@ class Recording:
         if self._kept_copying is not None:
             return self._kept_copying
         if self._watch is None:
-            return "moved again after it had settled"
+            return messages.MOVED_AFTER_SETTLING
         if self._watch.moved:
-            return "moved after this graph was recorded"
-        return f"read in place if it stays put for {SETTLE_REPLAYS} replays from the record"
+            return messages.MOVED_AFTER_RECORD
+        return messages.copies_until_settled(SETTLE_REPLAYS)
 
     def matches_at(self, args: Sequence[Any], positions: Sequence[int]) -> bool:
         """Whether this recording takes each of ``positions`` where it lies, at the address it
